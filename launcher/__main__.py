@@ -1,0 +1,3 @@
+from launcher.cli.main import main
+
+main()

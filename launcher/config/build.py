@@ -1,0 +1,101 @@
+"""Turn a validated, merged config dict into the typed `ClusterConfig`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from launcher.config.checks import effective_max_workers
+from launcher.config.frozen import freeze
+from launcher.config.model import (
+    AuthConfig,
+    ClusterConfig,
+    DockerConfig,
+    NodeType,
+    NodeTypeDocker,
+    ResourceSource,
+)
+from launcher.config.problems import Problem
+from launcher.providers.spec import ProviderSpec
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    return tuple(str(v) for v in value) if isinstance(value, list | tuple) else ()
+
+
+def _optional_strings(value: object) -> tuple[str, ...] | None:
+    return None if value is None else _strings(value)
+
+
+def build_config(
+    merged: Mapping[str, Any], spec: ProviderSpec, source: str, warnings: list[Problem]
+) -> ClusterConfig:
+    global_max = int(merged["max_workers"])
+    head = str(merged["head_node_type"])
+    node_types = {
+        name: _node_type(name, raw, spec, effective_max_workers(name, raw, head, global_max))
+        for name, raw in merged["available_node_types"].items()
+    }
+    docker = merged.get("docker") or {}
+    return ClusterConfig(
+        cluster_name=str(merged["cluster_name"]),
+        provider=spec.build_provider(merged["provider"]),
+        max_workers=global_max,
+        upscaling_speed=float(merged["upscaling_speed"]),
+        idle_timeout_minutes=float(merged["idle_timeout_minutes"]),
+        auth=AuthConfig(**merged.get("auth", {})),
+        docker=DockerConfig(
+            **{k: v for k, v in docker.items() if not isinstance(v, list)},
+            **{k: _strings(v) for k, v in docker.items() if isinstance(v, list)},
+        ),
+        node_types=freeze(node_types),
+        head_node_type=head,
+        file_mounts=freeze(merged.get("file_mounts", {})),
+        cluster_synced_files=_strings(merged.get("cluster_synced_files")),
+        file_mounts_sync_continuously=bool(merged.get("file_mounts_sync_continuously", False)),
+        rsync_exclude=_strings(merged.get("rsync_exclude")),
+        rsync_filter=_strings(merged.get("rsync_filter")),
+        initialization_commands=_strings(merged.get("initialization_commands")),
+        setup_commands=_strings(merged.get("setup_commands")),
+        head_setup_commands=_strings(merged.get("head_setup_commands")),
+        worker_setup_commands=_strings(merged.get("worker_setup_commands")),
+        head_start_ray_commands=_strings(merged.get("head_start_ray_commands")),
+        worker_start_ray_commands=_strings(merged.get("worker_start_ray_commands")),
+        metadata=freeze(merged.get("metadata", {})),
+        no_restart=bool(merged.get("no_restart", False)),
+        source=source,
+        warnings=tuple(warnings),
+    )
+
+
+def _node_type(
+    name: str, raw: Mapping[str, Any], spec: ProviderSpec, max_workers: int | None
+) -> NodeType:
+    node_config = raw.get("node_config") or {}
+    declared = dict(raw.get("resources") or {})
+    # Declared resources win; CPU, GPU and memory left out come from the instance size.
+    known = {} if "CPU" in declared else spec.known_resources(node_config) or {}
+    resources = {**known, **declared}
+    if "CPU" in declared:
+        source = ResourceSource.DECLARED
+    else:
+        source = ResourceSource.INSTANCE_TABLE if known else ResourceSource.DETECTED
+    docker = raw.get("docker")
+    return NodeType(
+        name=name,
+        node_config=freeze(node_config),
+        resources=freeze(resources),
+        resource_source=source,
+        min_workers=int(raw.get("min_workers", 0)),
+        max_workers=int(max_workers or 0),
+        labels=freeze(raw.get("labels", {})),
+        idle_timeout_s=raw.get("idle_timeout_s"),
+        priority=raw.get("priority"),
+        initialization_commands=_optional_strings(raw.get("initialization_commands")),
+        worker_setup_commands=_optional_strings(raw.get("worker_setup_commands")),
+        docker=None if docker is None else NodeTypeDocker(
+            pull_before_run=docker.get("pull_before_run"),
+            worker_image=docker.get("worker_image"),
+            worker_run_options=_strings(docker.get("worker_run_options")),
+        ),
+    )

@@ -1,0 +1,183 @@
+"""Load a cluster YAML: parse, convert the older format, merge defaults, validate, build.
+
+Every problem in the file is collected and raised together in one `ConfigError`;
+warnings travel with the resulting `ClusterConfig`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.config.build import build_config
+from launcher.config.checks import check_config
+from launcher.config.defaults import merge_defaults, provider_defaults
+from launcher.config.legacy import Aliases, convert_legacy
+from launcher.config.model import ClusterConfig
+from launcher.config.problems import Problem, YamlPath, describe_value, did_you_mean
+from launcher.config.schema import schema_problems, typo_problems
+from launcher.config.yamlsource import YamlDocument, parse_yaml
+from launcher.errors import ConfigError, UsageError
+from launcher.providers.registry import SPECS, provider_spec
+from launcher.providers.spec import ProviderSpec
+
+_EMPTY_MEANS_UNSET = ("available_node_types", "head_node_type")
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Command-line values that replace what the file says (`up --max-workers` and such)."""
+
+    cluster_name: str | None = None
+    min_workers: int | None = None
+    max_workers: int | None = None
+    no_restart: bool = False
+
+
+def read_config_file(path: str | Path) -> str:
+    target = Path(path)
+    if not target.exists():
+        raise UsageError(f"{path}: no such file; give the path to a cluster YAML file")
+    if target.is_dir():
+        raise UsageError(f"{path}: is a directory; give the path to a cluster YAML file")
+    try:
+        return target.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from exc
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it ({exc.strerror})") from exc
+
+
+def load_config(
+    path: str | Path, overrides: Overrides | None = None, cwd: Path | None = None
+) -> ClusterConfig:
+    """Read, validate and build the config at `path`. Raises ConfigError or UsageError."""
+    return parse_config(read_config_file(path), str(path), overrides, cwd)
+
+
+def parse_config(
+    text: str, source: str, overrides: Overrides | None = None, cwd: Path | None = None
+) -> ClusterConfig:
+    document, problems = parse_yaml(text)
+    if document is None:
+        raise ConfigError(source, problems)
+    raw = _top_level(document, problems, source)
+    merged, spec, aliases, more = _prepare(raw, overrides or Overrides())
+    problems += more
+    problems += _validate(merged, spec)
+    problems += check_config(merged, cwd or Path.cwd())
+    if spec is not None:
+        problems += spec.check(merged)
+    located = _locate(problems, document, aliases)
+    errors = [p for p in located if p.is_error]
+    if errors or spec is None:
+        raise ConfigError(source, errors)
+    return build_config(merged, spec, source, [p for p in located if not p.is_error])
+
+
+def _top_level(document: YamlDocument, problems: list[Problem], source: str) -> dict[str, Any]:
+    if document.data is None:
+        problems.append(Problem((), "the file is empty",
+                                "a cluster config needs at least `cluster_name` and `provider`"))
+        raise ConfigError(source, problems)
+    if not isinstance(document.data, dict):
+        problems.append(Problem(
+            (), f"the top level is {describe_value(document.data)}, not a mapping",
+            "write `key: value` lines such as `cluster_name: demo` and `provider:`", line=1))
+        raise ConfigError(source, problems)
+    return copy.deepcopy(document.data)
+
+
+def _prepare(
+    raw: dict[str, Any], overrides: Overrides
+) -> tuple[dict[str, Any], ProviderSpec | None, Aliases, list[Problem]]:
+    problems: list[Problem] = []
+    for key in _EMPTY_MEANS_UNSET:
+        if raw.get(key) == {}:
+            del raw[key]
+    spec = _find_spec(raw, problems)
+    if spec is None:
+        return raw, None, {}, problems
+    defaults = provider_defaults(spec.defaults_name)
+    problems += spec.prepare(raw)
+    aliases, more = convert_legacy(raw, defaults)
+    problems += more
+    merged = merge_defaults(raw, defaults)
+    _apply_overrides(merged, overrides)
+    problems += spec.complete(merged)
+    return merged, spec, aliases, problems
+
+
+def _find_spec(raw: Mapping[str, Any], problems: list[Problem]) -> ProviderSpec | None:
+    provider = raw.get("provider")
+    if not isinstance(provider, Mapping):
+        return None  # the schema reports a missing or malformed provider
+    kind = provider.get("type")
+    spec = provider_spec(kind) if isinstance(kind, str) else None
+    if spec is None and isinstance(kind, str):
+        guess = did_you_mean(kind, SPECS)
+        problems.append(Problem(
+            ("provider", "type"), f"{kind!r} is not a provider the launcher supports",
+            f"did you mean `{guess}`?" if guess else "use one of: " + ", ".join(SPECS)))
+    return spec
+
+
+def _apply_overrides(merged: dict[str, Any], overrides: Overrides) -> None:
+    if overrides.cluster_name is not None:
+        merged["cluster_name"] = overrides.cluster_name
+    if overrides.max_workers is not None:
+        merged["max_workers"] = overrides.max_workers
+    if overrides.no_restart:
+        merged["no_restart"] = True
+    if overrides.min_workers is not None and isinstance(merged.get("available_node_types"), dict):
+        head = merged.get("head_node_type")
+        for name, node_type in merged["available_node_types"].items():
+            if name != head and isinstance(node_type, dict):
+                node_type["min_workers"] = overrides.min_workers
+
+
+def _validate(merged: dict[str, Any], spec: ProviderSpec | None) -> list[Problem]:
+    problems = [p for p in schema_problems(merged, "cluster")
+                if not (spec is not None and p.path[:2] == ("provider", "type"))]
+    if spec is None:
+        return problems
+    name = f"providers/{spec.schema_name}"
+    provider = merged.get("provider")
+    problems += schema_problems(provider, name, ("provider",), "provider")
+    problems += typo_problems(provider, name, ("provider",), "provider")
+    types = merged.get("available_node_types")
+    if isinstance(types, Mapping):
+        for type_name, node_type in types.items():
+            if isinstance(node_type, Mapping) and "node_config" in node_type:
+                base: YamlPath = ("available_node_types", type_name, "node_config")
+                node_config = node_type["node_config"]
+                problems += schema_problems(node_config, name, base, "node_config")
+                problems += typo_problems(node_config, name, base, "node_config")
+    return problems
+
+
+def _locate(problems: list[Problem], document: YamlDocument, aliases: Aliases) -> list[Problem]:
+    located = []
+    for problem in problems:
+        path = _unalias(problem.path, aliases)
+        if problem.line is not None:
+            located.append(Problem(path, problem.message, problem.hint, problem.severity,
+                                   problem.line, problem.column))
+            continue
+        unknown_key = problem.message in ("unknown key",)
+        position = document.locate(path, prefer_key=unknown_key)
+        line, column = position if position else (None, None)
+        located.append(Problem(path, problem.message, problem.hint, problem.severity,
+                               line, column))
+    unique = list(dict.fromkeys(located))
+    return sorted(unique, key=lambda p: (p.line or 0, p.column or 0))
+
+
+def _unalias(path: YamlPath, aliases: Aliases) -> YamlPath:
+    for prefix, original in aliases.items():
+        if path[: len(prefix)] == prefix:
+            return original + path[len(prefix):]
+    return path

@@ -1,0 +1,165 @@
+"""Our JSON schemas, and turning jsonschema's findings into one-line problems with a fix."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import ValidationError
+
+from launcher.config.problems import (
+    Problem,
+    Severity,
+    YamlPath,
+    describe_value,
+    did_you_mean,
+    format_path,
+)
+
+_TYPE_WORDS = {
+    "integer": "a whole number",
+    "number": "a number",
+    "string": "text",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "a mapping of keys to values",
+    "null": "null",
+}
+_TYPE_HINTS = {
+    "integer": "write a whole number such as 2",
+    "number": "write a number such as 1.5",
+    "string": "write text; quote it if it looks like a number or boolean",
+    "boolean": "write true or false",
+    "array": "write a list, one `- item` per line or [a, b]",
+    "object": "write indented `key: value` lines",
+}
+
+
+def schema_dir() -> Path:
+    """Schemas ship inside the wheel as `launcher/_schemas`; in a checkout they are `schemas/`."""
+    here = Path(__file__).resolve().parent.parent
+    packaged = here / "_schemas"
+    return packaged if packaged.is_dir() else here.parent / "schemas"
+
+
+@lru_cache(maxsize=None)
+def load_schema(name: str) -> Mapping[str, Any]:
+    """`cluster` or `providers/<type>`; read once, never changed."""
+    result: Mapping[str, Any] = json.loads((schema_dir() / f"{name}.schema.json").read_text())
+    return result
+
+
+@lru_cache(maxsize=None)
+def _validator(name: str, definition: str | None) -> jsonschema.Draft7Validator:
+    root = load_schema(name)
+    schema = root if definition is None else {**root["definitions"][definition],
+                                              "definitions": root.get("definitions", {})}
+    return jsonschema.Draft7Validator(schema)
+
+
+def schema_problems(
+    instance: object, name: str, base: YamlPath = (), definition: str | None = None
+) -> list[Problem]:
+    """Every schema violation in `instance`, as problems located under `base`."""
+    problems: list[Problem] = []
+    for error in _validator(name, definition).iter_errors(instance):
+        problems.extend(_convert(error, base))
+    return problems
+
+
+def typo_problems(
+    instance: object, name: str, base: YamlPath, definition: str
+) -> list[Problem]:
+    """For open mappings (`x-typo-check`): a key close to a known key is an error, any
+    other unknown key a warning, since it is passed on untouched."""
+    schema = load_schema(name)["definitions"][definition]
+    if not isinstance(instance, Mapping) or not schema.get("x-typo-check"):
+        return []
+    known = list(schema.get("properties", {}))
+    problems = []
+    for key in instance:
+        if key in known:
+            continue
+        guess = did_you_mean(key, known)
+        if guess is not None:
+            problems.append(Problem((*base, key), "unknown key", f"did you mean `{guess}`?"))
+        else:
+            problems.append(Problem((*base, key), "not a key the launcher knows; passed on as is",
+                                    "check the spelling", severity=Severity.WARNING))
+    return problems
+
+
+def _convert(error: ValidationError, base: YamlPath) -> Iterator[Problem]:
+    path: YamlPath = (*base, *error.absolute_path)
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
+    hint = schema.get("x-hint")
+    kind = error.validator
+    value = error.instance
+    if kind == "additionalProperties" and schema.get("additionalProperties") is False:
+        known = list(schema.get("properties", {}))
+        for key in _unknown_keys(value, schema):
+            guess = did_you_mean(key, known)
+            fix = f"did you mean `{guess}`?" if guess else _known_keys_hint(known)
+            yield Problem((*path, key), "unknown key", fix)
+        return
+    if kind == "required":
+        for key in error.validator_value:
+            if isinstance(value, Mapping) and key not in value:
+                prop = schema.get("properties", {}).get(key, {})
+                where = format_path((*path, key))
+                yield Problem(path, f"`{key}` is missing", prop.get("x-hint") or f"add {where}")
+        return
+    if kind == "type":
+        wanted = error.validator_value
+        wanted = wanted if isinstance(wanted, list) else [wanted]
+        words = " or ".join(_TYPE_WORDS.get(w, w) for w in wanted)
+        yield Problem(path, f"expected {words}, got {describe_value(value)}",
+                      hint or _TYPE_HINTS.get(wanted[0]))
+        return
+    if kind in ("minimum", "exclusiveMinimum"):
+        yield Problem(path, f"{value} is less than the minimum of {error.validator_value}",
+                      hint or f"use {error.validator_value} or more")
+        return
+    if kind == "maximum":
+        yield Problem(path, f"{value} is more than the maximum of {error.validator_value}",
+                      hint or f"use {error.validator_value} or less")
+        return
+    if kind in ("enum", "const"):
+        options = error.validator_value if kind == "enum" else [error.validator_value]
+        guess = did_you_mean(str(value), [str(o) for o in options])
+        fix = f"did you mean `{guess}`?" if guess else hint or "use one of: " + ", ".join(
+            str(o) for o in options)
+        yield Problem(path, f"{describe_value(value)} is not allowed here", fix)
+        return
+    if kind == "pattern":
+        yield Problem(path, f"{describe_value(value)} is not allowed", hint)
+        return
+    if kind == "minLength":
+        yield Problem(path, "must not be empty", hint)
+        return
+    if kind == "propertyNames":
+        for sub in error.context:
+            sub_hint = sub.schema.get("x-hint") if isinstance(sub.schema, Mapping) else None
+            yield Problem((*path, str(sub.instance)), "this name is not allowed",
+                          sub_hint or "use a plain name")
+        return
+    yield Problem(path, error.message, hint)
+
+
+def _unknown_keys(value: object, schema: Mapping[str, Any]) -> list[str]:
+    if not isinstance(value, Mapping):
+        return []
+    known = set(schema.get("properties", {}))
+    return [k for k in value if k not in known]
+
+
+def _known_keys_hint(known: list[str]) -> str:
+    if not known:
+        return "remove it: nothing may be set here"
+    shown = ", ".join(sorted(known)[:12])
+    more = ", ..." if len(known) > 12 else ""
+    return f"remove it, or use a known key ({shown}{more})"

@@ -1,0 +1,34 @@
+"""Typed errors raised by library code; only the CLI turns them into messages and exit codes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from launcher.config.problems import Problem
+
+
+class LauncherError(Exception):
+    """Base of every error the launcher raises on purpose. `exit_code` is what the CLI returns."""
+
+    exit_code = 1
+
+
+class UsageError(LauncherError):
+    """The user asked for something that cannot be done as asked (bad flag, bad path)."""
+
+    exit_code = 2
+
+
+class ConfigError(LauncherError):
+    """A cluster config has one or more problems. All of them are in `problems`."""
+
+    exit_code = 2
+
+    def __init__(self, source: str, problems: Sequence[Problem]) -> None:
+        self.source = source
+        self.problems = tuple(problems)
+        first = self.problems[0].render(source) if self.problems else "invalid config"
+        more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+        super().__init__(first + more)

@@ -1,0 +1,1 @@
+"""Node providers: one package per provider type, behind one interface."""

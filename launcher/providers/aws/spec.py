@@ -1,0 +1,182 @@
+"""Config-time knowledge of the EC2 provider. Imports no AWS SDK."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.config.frozen import freeze
+from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
+from launcher.config.problems import Problem
+from launcher.pricing import PriceTable, load_prices
+from launcher.providers.spec import (
+    NodeOffer,
+    PlannedResource,
+    ProviderSpec,
+    extra_keys,
+    string_list,
+)
+
+_KNOWN = {"type", "region", "availability_zone", "use_internal_ips", "cache_stopped_nodes",
+          "security_group", "key_pair"}
+# Ray's convention: `memory` is what remains for tasks once the object store takes its share.
+_TASK_MEMORY_SHARE = 0.7
+
+
+@dataclass(frozen=True)
+class AwsProviderConfig(ProviderConfig):
+    region: str
+    availability_zones: tuple[str, ...]
+    use_internal_ips: bool
+    cache_stopped_nodes: bool
+    security_group_name: str | None
+    security_group_rules: tuple[Mapping[str, Any], ...]
+    key_name: str | None
+
+
+def _node_types(merged: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    types = merged.get("available_node_types")
+    if not isinstance(types, Mapping):
+        return []
+    return [
+        (name, t["node_config"])
+        for name, t in types.items()
+        if isinstance(t, Mapping) and isinstance(t.get("node_config"), Mapping)
+    ]
+
+
+def is_spot(node_config: Mapping[str, Any]) -> bool:
+    options = node_config.get("InstanceMarketOptions")
+    return isinstance(options, Mapping) and options.get("MarketType") == "spot"
+
+
+def _all_set(config: ClusterConfig, key: str) -> bool:
+    return all(key in t.node_config for t in config.node_types.values())
+
+
+def _groups_given(node_config: Mapping[str, Any]) -> bool:
+    if "SecurityGroupIds" in node_config or "SecurityGroups" in node_config:
+        return True
+    interfaces = node_config.get("NetworkInterfaces") or ()
+    return bool(interfaces) and all("Groups" in i for i in interfaces)
+
+
+class AwsSpec(ProviderSpec):
+    type = "aws"
+    title = "aws"
+    schema_name = "aws"
+    defaults_name = "aws"
+    install_extra = "aws"
+    sdk_module = "boto3"
+
+    def check(self, merged: Mapping[str, Any]) -> list[Problem]:
+        problems: list[Problem] = []
+        provider = merged.get("provider")
+        if isinstance(provider, Mapping) and isinstance(provider.get("region"), str):
+            region = provider["region"]
+            zones = provider.get("availability_zone")
+            for zone in string_list(zones) if isinstance(zones, str) else ():
+                if not zone.startswith(region):
+                    problems.append(Problem(
+                        ("provider", "availability_zone"),
+                        f"zone {zone} is not in region {region}",
+                        f"use zones of {region}, such as {region}a, or change provider.region",
+                    ))
+        for name, node_config in _node_types(merged):
+            if "SubnetIds" in node_config and "SubnetId" in node_config:
+                problems.append(Problem(
+                    ("available_node_types", name, "node_config", "SubnetId"),
+                    "both SubnetId and SubnetIds are set",
+                    "keep one: SubnetIds lists subnets to try in order",
+                ))
+        return problems
+
+    def build_provider(self, section: Mapping[str, Any]) -> ProviderConfig:
+        group = section.get("security_group") or {}
+        key_pair = section.get("key_pair") or {}
+        return AwsProviderConfig(
+            type="aws",
+            extra=freeze(extra_keys(section, _KNOWN)),
+            region=str(section["region"]),
+            availability_zones=string_list(section.get("availability_zone", "")),
+            use_internal_ips=bool(section.get("use_internal_ips", False)),
+            cache_stopped_nodes=bool(section.get("cache_stopped_nodes", True)),
+            security_group_name=group.get("GroupName"),
+            security_group_rules=freeze(group.get("IpPermissions", [])),
+            key_name=key_pair.get("key_name"),
+        )
+
+    def known_resources(self, node_config: Mapping[str, Any]) -> dict[str, int] | None:
+        kind = node_config.get("InstanceType")
+        info = load_prices().machine("aws", kind) if isinstance(kind, str) else None
+        if info is None:
+            return None
+        found = {"CPU": info.vcpus,
+                 "memory": int(info.memory_gib * _TASK_MEMORY_SHARE * 2**30)}
+        if info.gpus:
+            found["GPU"] = info.gpus
+        return found
+
+    def bootstrap_plan(self, config: ClusterConfig) -> list[PlannedResource]:
+        provider = config.provider
+        assert isinstance(provider, AwsProviderConfig)
+        name = config.cluster_name
+        plan = []
+        if _all_set(config, "KeyName") or _all_set(config, "LaunchTemplate"):
+            plan.append(PlannedResource("key pair", "from node_config", "reuse"))
+        else:
+            key = provider.key_name or f"launcher_{name}_{provider.region}"
+            plan.append(PlannedResource(
+                "key pair", key, "create if missing",
+                f"private key saved to ~/.launcher/keys/{key}.pem (mode 0600)"))
+        if all(_groups_given(t.node_config) for t in config.node_types.values()):
+            plan.append(PlannedResource("security group", "from node_config", "reuse"))
+        else:
+            extra = len(provider.security_group_rules)
+            plan.append(PlannedResource(
+                "security group", provider.security_group_name or f"launcher-{name}",
+                "create if missing",
+                "SSH from your own address only; all traffic between the cluster's nodes"
+                + (f"; {extra} extra inbound rule(s)" if extra else "")))
+        if "IamInstanceProfile" in config.head_type.node_config:
+            plan.append(PlannedResource("IAM instance profile", "from head node_config", "reuse"))
+        else:
+            plan.append(PlannedResource(
+                "IAM role + instance profile", f"launcher-head-{name}", "create if missing",
+                f"the head may manage only instances tagged launcher-cluster={name}"))
+        plan.append(self._subnets(config, provider))
+        plan.append(self._images(config))
+        return plan
+
+    @staticmethod
+    def _subnets(config: ClusterConfig, provider: AwsProviderConfig) -> PlannedResource:
+        given = sorted({s for t in config.node_types.values()
+                        for s in string_list(t.node_config.get("SubnetIds", []))
+                        + string_list([t.node_config["SubnetId"]]
+                                      if "SubnetId" in t.node_config else [])})
+        if given:
+            return PlannedResource("subnets", ", ".join(given), "use")
+        zones = ", ".join(provider.availability_zones) or f"all zones of {provider.region}"
+        return PlannedResource("subnets", f"default VPC subnets in {zones}", "use")
+
+    @staticmethod
+    def _images(config: ClusterConfig) -> PlannedResource:
+        images = sorted({str(t.node_config.get("ImageId", "default")) for t in
+                         config.node_types.values()})
+        notes = []
+        if "latest_dlami" in images:
+            notes.append("latest_dlami is resolved at `up` to the region's Deep Learning AMI")
+        if "default" in images:
+            notes.append("default: the launcher's Ubuntu image for the region")
+        return PlannedResource("images", ", ".join(images), "use", "; ".join(notes))
+
+    def node_offer(
+        self, config: ClusterConfig, node_type: NodeType, prices: PriceTable
+    ) -> NodeOffer:
+        kind = node_type.node_config.get("InstanceType")
+        spot = is_spot(node_type.node_config)
+        if not isinstance(kind, str):
+            return NodeOffer("instance type from launch template", spot, None)
+        info = prices.machine("aws", kind)
+        return NodeOffer(kind, spot, info.price if info else None)

@@ -1,0 +1,145 @@
+"""Config-time knowledge of the GCE provider. Imports no Google SDK."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.config.frozen import freeze
+from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
+from launcher.config.problems import Problem, Severity
+from launcher.pricing import HourlyPrice, PriceTable, load_prices
+from launcher.providers.spec import NodeOffer, PlannedResource, ProviderSpec, extra_keys
+
+_KNOWN = {"type", "region", "availability_zone", "project_id", "use_internal_ips",
+          "cache_stopped_nodes", "gcp_credentials"}
+_TASK_MEMORY_SHARE = 0.7
+
+
+@dataclass(frozen=True)
+class GcpProviderConfig(ProviderConfig):
+    region: str
+    availability_zone: str
+    project_id: str | None
+    use_internal_ips: bool
+    cache_stopped_nodes: bool
+    credentials_type: str | None
+    credentials: str | None
+
+
+def _basename(value: object) -> str | None:
+    return value.rsplit("/", 1)[-1] if isinstance(value, str) and value else None
+
+
+def is_spot(node_config: Mapping[str, Any]) -> bool:
+    scheduling = node_config.get("scheduling")
+    entries = scheduling if isinstance(scheduling, list | tuple) else [scheduling]
+    return any(
+        isinstance(e, Mapping)
+        and (e.get("preemptible") is True or e.get("provisioningModel") == "SPOT")
+        for e in entries
+    )
+
+
+def accelerators(node_config: Mapping[str, Any]) -> list[tuple[str, int]]:
+    found = []
+    for item in node_config.get("guestAccelerators") or ():
+        if isinstance(item, Mapping):
+            name = _basename(item.get("acceleratorType"))
+            if name:
+                found.append((name, int(item.get("acceleratorCount", 1))))
+    return found
+
+
+class GcpSpec(ProviderSpec):
+    type = "gcp"
+    title = "gcp"
+    schema_name = "gcp"
+    defaults_name = "gcp"
+    install_extra = "gcp"
+    sdk_module = "googleapiclient"
+
+    def complete(self, merged: dict[str, Any]) -> list[Problem]:
+        """Older examples write one accelerator as a mapping; GCE wants a list."""
+        problems = []
+        types = merged.get("available_node_types")
+        for name, node_type in (types.items() if isinstance(types, dict) else ()):
+            node_config = node_type.get("node_config") if isinstance(node_type, dict) else None
+            if isinstance(node_config, dict) and isinstance(
+                    node_config.get("guestAccelerators"), dict):
+                node_config["guestAccelerators"] = [node_config["guestAccelerators"]]
+                problems.append(Problem(
+                    ("available_node_types", name, "node_config", "guestAccelerators"),
+                    "one accelerator written as a mapping; read as a list of one",
+                    "write it as a list item (`- acceleratorType: ...`)",
+                    severity=Severity.WARNING))
+        return problems
+
+    def check(self, merged: Mapping[str, Any]) -> list[Problem]:
+        provider = merged.get("provider")
+        if not isinstance(provider, Mapping):
+            return []
+        region, zone = provider.get("region"), provider.get("availability_zone")
+        if isinstance(region, str) and isinstance(zone, str) and not zone.startswith(region + "-"):
+            return [Problem(("provider", "availability_zone"),
+                            f"zone {zone} is not in region {region}",
+                            f"use a zone of {region}, such as {region}-a, or change provider.region")]
+        return []
+
+    def build_provider(self, section: Mapping[str, Any]) -> ProviderConfig:
+        region = str(section["region"])
+        credentials = section.get("gcp_credentials") or {}
+        return GcpProviderConfig(
+            type="gcp",
+            extra=freeze(extra_keys(section, _KNOWN)),
+            region=region,
+            availability_zone=str(section.get("availability_zone") or f"{region}-a"),
+            project_id=section.get("project_id"),
+            use_internal_ips=bool(section.get("use_internal_ips", False)),
+            cache_stopped_nodes=bool(section.get("cache_stopped_nodes", False)),
+            credentials_type=credentials.get("type"),
+            credentials=credentials.get("credentials"),
+        )
+
+    def known_resources(self, node_config: Mapping[str, Any]) -> dict[str, int] | None:
+        info = load_prices().machine("gcp", _basename(node_config.get("machineType")) or "")
+        if info is None:
+            return None
+        found = {"CPU": info.vcpus,
+                 "memory": int(info.memory_gib * _TASK_MEMORY_SHARE * 2**30)}
+        gpus = info.gpus + sum(count for _, count in accelerators(node_config))
+        if gpus:
+            found["GPU"] = gpus
+        return found
+
+    def bootstrap_plan(self, config: ClusterConfig) -> list[PlannedResource]:
+        provider = config.provider
+        assert isinstance(provider, GcpProviderConfig)
+        project = provider.project_id or "the project of your credentials"
+        return [
+            PlannedResource("project", project, "use", f"zone {provider.availability_zone}"),
+            PlannedResource("service account", f"launcher-{config.cluster_name}",
+                            "create if missing",
+                            "lets the head manage only this cluster's instances"),
+            PlannedResource("SSH key", "project metadata entry for "
+                            f"{config.auth.ssh_user or 'ubuntu'}", "create if missing"),
+        ]
+
+    def node_offer(
+        self, config: ClusterConfig, node_type: NodeType, prices: PriceTable
+    ) -> NodeOffer:
+        node_config = node_type.node_config
+        spot = is_spot(node_config)
+        machine = _basename(node_config.get("machineType"))
+        if machine is None:
+            tpu = node_config.get("acceleratorType")
+            return NodeOffer(f"TPU {tpu}" if tpu else "unknown machine", spot, None)
+        info = prices.machine("gcp", machine)
+        price: HourlyPrice | None = info.price if info else None
+        parts = [machine]
+        for name, count in accelerators(node_config):
+            parts.append(f"{count} x {name}")
+            extra = prices.accelerator("gcp", name)
+            price = None if price is None or extra is None else price + extra.times(count)
+        return NodeOffer(" + ".join(parts), spot, price)

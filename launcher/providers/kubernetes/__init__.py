@@ -1,0 +1,1 @@
+"""Pods in a Kubernetes namespace."""

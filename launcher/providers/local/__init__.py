@@ -1,0 +1,1 @@
+"""On-prem clusters: machines the user lists, reached over SSH."""

@@ -1,0 +1,1 @@
+"""Real Ray nodes on this machine, each with its own loopback IP."""

@@ -1,0 +1,88 @@
+"""What the config layer and `plan` need to know about a provider, without importing its SDK.
+
+Each provider type has one `ProviderSpec`: its schema and defaults, the checks a schema
+cannot express, its typed `provider` section, and a description of what `up` would
+create and what a node costs. Shared code asks the spec; it never asks "is this AWS?".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
+from launcher.config.problems import Problem
+from launcher.pricing import HourlyPrice, PriceTable
+
+
+@dataclass(frozen=True)
+class PlannedResource:
+    """A cloud or local resource that `up` creates, reuses or uses."""
+
+    kind: str
+    name: str
+    action: str  # "create if missing", "reuse", "use"
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class NodeOffer:
+    """What one node of a type is, for display and cost: `m5.large`, spot, $0.035/h."""
+
+    description: str
+    spot: bool
+    price: HourlyPrice | None
+    billed: bool = True  # False for machines the user already owns (localhost, on-prem)
+
+
+class ProviderSpec:
+    """Base spec; providers override what applies to them."""
+
+    type: str = ""
+    title: str = ""
+    schema_name: str = ""
+    defaults_name: str = ""
+    install_extra: str | None = None
+    sdk_module: str | None = None
+
+    def prepare(self, raw: dict[str, Any]) -> list[Problem]:
+        """Adjust the user's config before legacy conversion and defaults; may edit `raw`."""
+        return []
+
+    def complete(self, merged: dict[str, Any]) -> list[Problem]:
+        """Fill provider-specific defaults after the generic merge; may edit `merged`."""
+        return []
+
+    def check(self, merged: Mapping[str, Any]) -> list[Problem]:
+        """Checks no schema expresses. Must tolerate malformed input: schema errors are
+        reported separately, and every problem should be reported at once."""
+        return []
+
+    def build_provider(self, section: Mapping[str, Any]) -> ProviderConfig:
+        raise NotImplementedError
+
+    def known_resources(self, node_config: Mapping[str, Any]) -> dict[str, int] | None:
+        """Ray resources of a node from its node_config, when the machine size is known."""
+        return None
+
+    def bootstrap_plan(self, config: ClusterConfig) -> list[PlannedResource]:
+        return []
+
+    def node_offer(
+        self, config: ClusterConfig, node_type: NodeType, prices: PriceTable
+    ) -> NodeOffer:
+        return NodeOffer(description=node_type.name, spot=False, price=None, billed=False)
+
+
+def string_list(value: object) -> tuple[str, ...]:
+    """A tuple of strings from a validated list, or from a comma-separated string."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, list | tuple):
+        return tuple(str(v) for v in value)
+    return ()
+
+
+def extra_keys(section: Mapping[str, Any], known: set[str]) -> dict[str, Any]:
+    return {k: v for k, v in section.items() if k not in known}

@@ -36,7 +36,6 @@ def build_config(
         name: _node_type(name, raw, spec, effective_max_workers(name, raw, head, global_max))
         for name, raw in merged["available_node_types"].items()
     }
-    docker = merged.get("docker") or {}
     return ClusterConfig(
         cluster_name=str(merged["cluster_name"]),
         provider=spec.build_provider(merged["provider"]),
@@ -44,10 +43,7 @@ def build_config(
         upscaling_speed=float(merged["upscaling_speed"]),
         idle_timeout_minutes=float(merged["idle_timeout_minutes"]),
         auth=AuthConfig(**merged.get("auth", {})),
-        docker=DockerConfig(
-            **{k: v for k, v in docker.items() if not isinstance(v, list)},
-            **{k: _strings(v) for k, v in docker.items() if isinstance(v, list)},
-        ),
+        docker=_docker(merged.get("docker") or {}),
         node_types=freeze(node_types),
         head_node_type=head,
         file_mounts=freeze(merged.get("file_mounts", {})),
@@ -93,9 +89,18 @@ def _node_type(
         priority=raw.get("priority"),
         initialization_commands=_optional_strings(raw.get("initialization_commands")),
         worker_setup_commands=_optional_strings(raw.get("worker_setup_commands")),
-        docker=None if docker is None else NodeTypeDocker(
+        docker=None
+        if docker is None
+        else NodeTypeDocker(
             pull_before_run=docker.get("pull_before_run"),
             worker_image=docker.get("worker_image"),
             worker_run_options=_strings(docker.get("worker_run_options")),
         ),
     )
+
+
+def _docker(raw: Mapping[str, Any]) -> DockerConfig:
+    lists = ("run_options", "head_run_options", "worker_run_options")
+    fields: dict[str, Any] = {k: v for k, v in raw.items() if k not in lists}
+    fields.update({k: _strings(raw[k]) for k in lists if k in raw})
+    return DockerConfig(**fields)

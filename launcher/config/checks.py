@@ -43,11 +43,18 @@ def check_config(merged: Mapping[str, Any], cwd: Path) -> list[Problem]:
     problems += _check_files(merged, cwd)
     problems += _check_docker(merged)
     auth = merged.get("auth")
-    if isinstance(auth, Mapping) and auth.get("ssh_proxy_use_node_id") is True \
-            and "ssh_proxy_command" not in auth:
-        problems.append(Problem(("auth", "ssh_proxy_use_node_id"),
-                                "needs auth.ssh_proxy_command",
-                                "set ssh_proxy_command, or remove ssh_proxy_use_node_id"))
+    if (
+        isinstance(auth, Mapping)
+        and auth.get("ssh_proxy_use_node_id") is True
+        and "ssh_proxy_command" not in auth
+    ):
+        problems.append(
+            Problem(
+                ("auth", "ssh_proxy_use_node_id"),
+                "needs auth.ssh_proxy_command",
+                "set ssh_proxy_command, or remove ssh_proxy_use_node_id",
+            )
+        )
     return problems
 
 
@@ -55,14 +62,23 @@ def _check_head_type(merged: Mapping[str, Any]) -> list[Problem]:
     types = _node_types(merged)
     head = merged.get("head_node_type")
     if not types:
-        if "available_node_types" in merged and isinstance(merged["available_node_types"],
-                                                           Mapping):
-            return [Problem(("available_node_types",), "no node types defined",
-                            "define at least the head node's type")]
+        if "available_node_types" in merged and isinstance(merged["available_node_types"], Mapping):
+            return [
+                Problem(
+                    ("available_node_types",),
+                    "no node types defined",
+                    "define at least the head node's type",
+                )
+            ]
         return []
     if head is None:
-        return [Problem(("head_node_type",), "is not set",
-                        "name the head node's type, one of: " + ", ".join(types))]
+        return [
+            Problem(
+                ("head_node_type",),
+                "is not set",
+                "name the head node's type, one of: " + ", ".join(types),
+            )
+        ]
     if isinstance(head, str) and head not in types:
         guess = did_you_mean(head, types)
         fix = f"did you mean `{guess}`?" if guess else "use one of: " + ", ".join(types)
@@ -85,15 +101,21 @@ def _check_counts(merged: Mapping[str, Any]) -> list[Problem]:
         high = effective_max_workers(name, node_type, head, global_max or 0)
         if high is not None and high >= 0 and low > high:
             where = "max_workers" if "max_workers" in node_type else "min_workers"
-            problems.append(Problem(
-                ("available_node_types", name, where),
-                f"min_workers ({low}) is more than max_workers ({high})",
-                f"raise max_workers to at least {low} or lower min_workers"))
+            problems.append(
+                Problem(
+                    ("available_node_types", name, where),
+                    f"min_workers ({low}) is more than max_workers ({high})",
+                    f"raise max_workers to at least {low} or lower min_workers",
+                )
+            )
     if global_max is not None and total_min > global_max:
-        problems.append(Problem(
-            ("max_workers",),
-            f"{global_max} is less than the sum of min_workers over node types ({total_min})",
-            f"raise max_workers to at least {total_min} or lower some min_workers"))
+        problems.append(
+            Problem(
+                ("max_workers",),
+                f"{global_max} is less than the sum of min_workers over node types ({total_min})",
+                f"raise max_workers to at least {total_min} or lower some min_workers",
+            )
+        )
     return problems
 
 
@@ -104,12 +126,17 @@ def _check_resource_names(merged: Mapping[str, Any]) -> Iterator[Problem]:
             continue
         for key in resources:
             guess = did_you_mean(str(key), _RAY_RESOURCES)
-            if key not in _RAY_RESOURCES and guess is not None and guess.lower() == str(
-                    key).lower():
-                yield Problem(("available_node_types", name, "resources", key),
-                              f"`{key}` is a custom resource, not Ray's `{guess}`",
-                              f"write `{guess}` (resource names are case-sensitive)",
-                              severity=Severity.WARNING)
+            if (
+                key not in _RAY_RESOURCES
+                and guess is not None
+                and guess.lower() == str(key).lower()
+            ):
+                yield Problem(
+                    ("available_node_types", name, "resources", key),
+                    f"`{key}` is a custom resource, not Ray's `{guess}`",
+                    f"write `{guess}` (resource names are case-sensitive)",
+                    severity=Severity.WARNING,
+                )
 
 
 def _check_files(merged: Mapping[str, Any], cwd: Path) -> Iterator[Problem]:
@@ -117,27 +144,38 @@ def _check_files(merged: Mapping[str, Any], cwd: Path) -> Iterator[Problem]:
     if isinstance(mounts, Mapping):
         for remote, local in mounts.items():
             if not (str(remote).startswith("/") or str(remote).startswith("~")):
-                yield Problem(("file_mounts", remote), "remote path is relative",
-                              "write an absolute path or one starting with ~/")
+                yield Problem(
+                    ("file_mounts", remote),
+                    "remote path is relative",
+                    "write an absolute path or one starting with ~/",
+                )
             if isinstance(local, str) and not (cwd / Path(local).expanduser()).exists():
-                yield Problem(("file_mounts", remote), f"local path {local} does not exist",
-                              "fix the path (relative paths start from where you run launcher)")
+                yield Problem(
+                    ("file_mounts", remote),
+                    f"local path {local} does not exist",
+                    "fix the path (relative paths start from where you run launcher)",
+                )
     auth = merged.get("auth")
     if isinstance(auth, Mapping):
         for key in ("ssh_private_key", "ssh_public_key"):
             value = auth.get(key)
             if isinstance(value, str) and not (cwd / Path(value).expanduser()).is_file():
-                yield Problem(("auth", key), f"file {value} does not exist",
-                              "fix the path, or remove the key to let the launcher manage one")
+                yield Problem(
+                    ("auth", key),
+                    f"file {value} does not exist",
+                    "fix the path, or remove the key to let the launcher manage one",
+                )
 
 
 def _check_docker(merged: Mapping[str, Any]) -> Iterator[Problem]:
     docker = merged.get("docker")
     if isinstance(docker, Mapping) and any(
-            isinstance(docker.get(k), str) and docker.get(k)
-            for k in ("image", "head_image", "worker_image")):
-        yield Problem(("docker",),
-                      "running setup inside containers is not supported yet; "
-                      "`up` will refuse this config",
-                      "remove the docker section (or set image: \"\") to run on the hosts",
-                      severity=Severity.WARNING)
+        isinstance(docker.get(k), str) and docker.get(k)
+        for k in ("image", "head_image", "worker_image")
+    ):
+        yield Problem(
+            ("docker",),
+            "running setup inside containers is not supported yet; `up` will refuse this config",
+            'remove the docker section (or set image: "") to run on the hosts',
+            severity=Severity.WARNING,
+        )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -15,7 +15,7 @@ import yaml
 _MERGED_SECTIONS = ("provider", "auth")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _read_defaults(name: str) -> Mapping[str, Any]:
     text = resources.files(__package__).joinpath("defaults", f"{name}.yaml").read_text()
     data: Mapping[str, Any] = yaml.safe_load(text)

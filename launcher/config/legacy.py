@@ -28,15 +28,23 @@ DOCKER_KEYS: dict[str, str | None] = {"pull": "pull_before_run", "install_docker
 Aliases = dict[YamlPath, YamlPath]
 
 
-def convert_legacy(raw: dict[str, Any], defaults: Mapping[str, Any]) -> tuple[Aliases, list[Problem]]:
+def convert_legacy(
+    raw: dict[str, Any], defaults: Mapping[str, Any]
+) -> tuple[Aliases, list[Problem]]:
     """Rewrite `raw` in place into the node-types form. Returns path aliases and notes."""
     aliases: Aliases = {}
     problems: list[Problem] = []
     for key, why in RETIRED_KEYS.items():
         if key in raw:
             del raw[key]
-            problems.append(Problem((key,), f"no longer has an effect ({why})",
-                                    "delete it", severity=Severity.WARNING))
+            problems.append(
+                Problem(
+                    (key,),
+                    f"no longer has an effect ({why})",
+                    "delete it",
+                    severity=Severity.WARNING,
+                )
+            )
     problems += _convert_docker(raw)
     head_node = _pop_mapping(raw, "head_node", problems)
     worker_nodes = _pop_mapping(raw, "worker_nodes", problems)
@@ -46,9 +54,14 @@ def convert_legacy(raw: dict[str, Any], defaults: Mapping[str, Any]) -> tuple[Al
     if isinstance(types, Mapping) and types:
         _merge_into_types(raw, head_node, worker_nodes, problems)
         if has_min:
-            problems.append(Problem(
-                ("min_workers",), "has no effect when available_node_types is set",
-                "set min_workers on each node type instead", severity=Severity.WARNING))
+            problems.append(
+                Problem(
+                    ("min_workers",),
+                    "has no effect when available_node_types is set",
+                    "set min_workers on each node type instead",
+                    severity=Severity.WARNING,
+                )
+            )
         return aliases, problems
     if head_node is None and worker_nodes is None and not has_min:
         return aliases, problems
@@ -56,14 +69,19 @@ def convert_legacy(raw: dict[str, Any], defaults: Mapping[str, Any]) -> tuple[Al
     if head_name is None or worker_name is None:
         return aliases, problems
     default_types = defaults["available_node_types"]
-    new_types = {head_name: copy.deepcopy(default_types[head_name]),
-                 worker_name: copy.deepcopy(default_types[worker_name])}
-    if head_node:
-        new_types[head_name]["node_config"] = head_node
-        aliases[("available_node_types", head_name, "node_config")] = ("head_node",)
-    if worker_nodes:
-        new_types[worker_name]["node_config"] = worker_nodes
-        aliases[("available_node_types", worker_name, "node_config")] = ("worker_nodes",)
+    new_types = {
+        head_name: copy.deepcopy(default_types[head_name]),
+        worker_name: copy.deepcopy(default_types[worker_name]),
+    }
+    for name, node_config, key in (
+        (head_name, head_node, "head_node"),
+        (worker_name, worker_nodes, "worker_nodes"),
+    ):
+        if node_config:
+            # A different machine: its resources come from its own size, not the default's.
+            new_types[name]["node_config"] = node_config
+            new_types[name]["resources"] = {}
+            aliases[("available_node_types", name, "node_config")] = (key,)
     if has_min:
         new_types[worker_name]["min_workers"] = min_workers
         aliases[("available_node_types", worker_name, "min_workers")] = ("min_workers",)
@@ -82,9 +100,13 @@ def _pop_mapping(raw: dict[str, Any], key: str, problems: list[Problem]) -> dict
     if value is None:
         return {}
     if not isinstance(value, dict):
-        problems.append(Problem((key,), f"expected a mapping of node settings, got "
-                                        f"{type(value).__name__}",
-                                "write the node_config keys under it, or remove it"))
+        problems.append(
+            Problem(
+                (key,),
+                f"expected a mapping of node settings, got {type(value).__name__}",
+                "write the node_config keys under it, or remove it",
+            )
+        )
         return None
     return value
 
@@ -108,11 +130,14 @@ def _merge_into_types(
         node_config = node_type.get("node_config")
         if isinstance(node_config, dict):
             node_type["node_config"] = {**copy.deepcopy(shared), **node_config}
-    problems.append(Problem(
-        ("head_node",) if head_node else ("worker_nodes",),
-        "merged into the node_config of each node type (older format)",
-        "move these keys into available_node_types.<type>.node_config",
-        severity=Severity.WARNING))
+    problems.append(
+        Problem(
+            ("head_node",) if head_node else ("worker_nodes",),
+            "merged into the node_config of each node type (older format)",
+            "move these keys into available_node_types.<type>.node_config",
+            severity=Severity.WARNING,
+        )
+    )
 
 
 def _default_type_names(defaults: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -132,10 +157,22 @@ def _convert_docker(raw: dict[str, Any]) -> list[Problem]:
             continue
         value = docker.pop(old)
         if new is None:
-            problems.append(Problem(("docker", old), "no longer has an effect", "delete it",
-                                    severity=Severity.WARNING))
+            problems.append(
+                Problem(
+                    ("docker", old),
+                    "no longer has an effect",
+                    "delete it",
+                    severity=Severity.WARNING,
+                )
+            )
             continue
         docker.setdefault(new, value)
-        problems.append(Problem(("docker", old), f"is the older name of `{new}`",
-                                f"rename it to `{new}`", severity=Severity.WARNING))
+        problems.append(
+            Problem(
+                ("docker", old),
+                f"is the older name of `{new}`",
+                f"rename it to `{new}`",
+                severity=Severity.WARNING,
+            )
+        )
     return problems

@@ -80,13 +80,23 @@ def parse_config(
 
 def _top_level(document: YamlDocument, problems: list[Problem], source: str) -> dict[str, Any]:
     if document.data is None:
-        problems.append(Problem((), "the file is empty",
-                                "a cluster config needs at least `cluster_name` and `provider`"))
+        problems.append(
+            Problem(
+                (),
+                "the file is empty",
+                "a cluster config needs at least `cluster_name` and `provider`",
+            )
+        )
         raise ConfigError(source, problems)
     if not isinstance(document.data, dict):
-        problems.append(Problem(
-            (), f"the top level is {describe_value(document.data)}, not a mapping",
-            "write `key: value` lines such as `cluster_name: demo` and `provider:`", line=1))
+        problems.append(
+            Problem(
+                (),
+                f"the top level is {describe_value(document.data)}, not a mapping",
+                "write `key: value` lines such as `cluster_name: demo` and `provider:`",
+                line=1,
+            )
+        )
         raise ConfigError(source, problems)
     return copy.deepcopy(document.data)
 
@@ -119,9 +129,13 @@ def _find_spec(raw: Mapping[str, Any], problems: list[Problem]) -> ProviderSpec 
     spec = provider_spec(kind) if isinstance(kind, str) else None
     if spec is None and isinstance(kind, str):
         guess = did_you_mean(kind, SPECS)
-        problems.append(Problem(
-            ("provider", "type"), f"{kind!r} is not a provider the launcher supports",
-            f"did you mean `{guess}`?" if guess else "use one of: " + ", ".join(SPECS)))
+        problems.append(
+            Problem(
+                ("provider", "type"),
+                f"{kind!r} is not a provider the launcher supports",
+                f"did you mean `{guess}`?" if guess else "use one of: " + ", ".join(SPECS),
+            )
+        )
     return spec
 
 
@@ -140,8 +154,11 @@ def _apply_overrides(merged: dict[str, Any], overrides: Overrides) -> None:
 
 
 def _validate(merged: dict[str, Any], spec: ProviderSpec | None) -> list[Problem]:
-    problems = [p for p in schema_problems(merged, "cluster")
-                if not (spec is not None and p.path[:2] == ("provider", "type"))]
+    problems = [
+        p
+        for p in schema_problems(merged, "cluster")
+        if not (spec is not None and p.path[:2] == ("provider", "type"))
+    ]
     if spec is None:
         return problems
     name = f"providers/{spec.schema_name}"
@@ -164,14 +181,21 @@ def _locate(problems: list[Problem], document: YamlDocument, aliases: Aliases) -
     for problem in problems:
         path = _unalias(problem.path, aliases)
         if problem.line is not None:
-            located.append(Problem(path, problem.message, problem.hint, problem.severity,
-                                   problem.line, problem.column))
+            located.append(
+                Problem(
+                    path,
+                    problem.message,
+                    problem.hint,
+                    problem.severity,
+                    problem.line,
+                    problem.column,
+                )
+            )
             continue
         unknown_key = problem.message in ("unknown key",)
         position = document.locate(path, prefer_key=unknown_key)
         line, column = position if position else (None, None)
-        located.append(Problem(path, problem.message, problem.hint, problem.severity,
-                               line, column))
+        located.append(Problem(path, problem.message, problem.hint, problem.severity, line, column))
     unique = list(dict.fromkeys(located))
     return sorted(unique, key=lambda p: (p.line or 0, p.column or 0))
 
@@ -179,5 +203,5 @@ def _locate(problems: list[Problem], document: YamlDocument, aliases: Aliases) -
 def _unalias(path: YamlPath, aliases: Aliases) -> YamlPath:
     for prefix, original in aliases.items():
         if path[: len(prefix)] == prefix:
-            return original + path[len(prefix):]
+            return original + path[len(prefix) :]
     return path

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from launcher.config.frozen import thaw
 from launcher.config.problems import Problem
 
 
-class ResourceSource(str, Enum):
+class ResourceSource(StrEnum):
     """Where a node type's resources come from."""
 
     DECLARED = "declared"  # written in the config

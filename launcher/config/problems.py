@@ -6,7 +6,7 @@ import difflib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 PathPart = str | int
 YamlPath = tuple[PathPart, ...]
@@ -14,7 +14,7 @@ YamlPath = tuple[PathPart, ...]
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class Severity(str, Enum):
+class Severity(StrEnum):
     ERROR = "error"
     WARNING = "warning"
 
@@ -43,7 +43,7 @@ class Problem:
         text = self.message if not self.path else f"{format_path(self.path)}: {self.message}"
         if self.hint:
             text = f"{text}; {self.hint}"
-        return f"{where}: {text}"
+        return f"{where}: {self.severity.value}: {text}"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -57,7 +57,7 @@ class Problem:
 
 
 def format_path(path: Iterable[PathPart]) -> str:
-    """Render a path the way a user would point at it: `available_node_types["ray.head"].resources`."""
+    """Render a path the way a user points at it: `available_node_types["ray.head"].resources`."""
     out = ""
     for part in path:
         if isinstance(part, int):

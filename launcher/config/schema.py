@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -46,18 +46,21 @@ def schema_dir() -> Path:
     return packaged if packaged.is_dir() else here.parent / "schemas"
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_schema(name: str) -> Mapping[str, Any]:
     """`cluster` or `providers/<type>`; read once, never changed."""
     result: Mapping[str, Any] = json.loads((schema_dir() / f"{name}.schema.json").read_text())
     return result
 
 
-@lru_cache(maxsize=None)
+@cache
 def _validator(name: str, definition: str | None) -> jsonschema.Draft7Validator:
     root = load_schema(name)
-    schema = root if definition is None else {**root["definitions"][definition],
-                                              "definitions": root.get("definitions", {})}
+    schema = (
+        root
+        if definition is None
+        else {**root["definitions"][definition], "definitions": root.get("definitions", {})}
+    )
     return jsonschema.Draft7Validator(schema)
 
 
@@ -71,9 +74,7 @@ def schema_problems(
     return problems
 
 
-def typo_problems(
-    instance: object, name: str, base: YamlPath, definition: str
-) -> list[Problem]:
+def typo_problems(instance: object, name: str, base: YamlPath, definition: str) -> list[Problem]:
     """For open mappings (`x-typo-check`): a key close to a known key is an error, any
     other unknown key a warning, since it is passed on untouched."""
     schema = load_schema(name)["definitions"][definition]
@@ -88,8 +89,14 @@ def typo_problems(
         if guess is not None:
             problems.append(Problem((*base, key), "unknown key", f"did you mean `{guess}`?"))
         else:
-            problems.append(Problem((*base, key), "not a key the launcher knows; passed on as is",
-                                    "check the spelling", severity=Severity.WARNING))
+            problems.append(
+                Problem(
+                    (*base, key),
+                    "not a key the launcher knows; passed on as is",
+                    "check the spelling",
+                    severity=Severity.WARNING,
+                )
+            )
     return problems
 
 
@@ -99,6 +106,7 @@ def _convert(error: ValidationError, base: YamlPath) -> Iterator[Problem]:
     hint = schema.get("x-hint")
     kind = error.validator
     value = error.instance
+    expected: Any = error.validator_value
     if kind == "additionalProperties" and schema.get("additionalProperties") is False:
         known = list(schema.get("properties", {}))
         for key in _unknown_keys(value, schema):
@@ -107,32 +115,43 @@ def _convert(error: ValidationError, base: YamlPath) -> Iterator[Problem]:
             yield Problem((*path, key), "unknown key", fix)
         return
     if kind == "required":
-        for key in error.validator_value:
+        for key in expected:
             if isinstance(value, Mapping) and key not in value:
                 prop = schema.get("properties", {}).get(key, {})
                 where = format_path((*path, key))
                 yield Problem(path, f"`{key}` is missing", prop.get("x-hint") or f"add {where}")
         return
     if kind == "type":
-        wanted = error.validator_value
-        wanted = wanted if isinstance(wanted, list) else [wanted]
-        words = " or ".join(_TYPE_WORDS.get(w, w) for w in wanted)
-        yield Problem(path, f"expected {words}, got {describe_value(value)}",
-                      hint or _TYPE_HINTS.get(wanted[0]))
+        wanted = expected if isinstance(expected, list) else [expected]
+        words = " or ".join(_TYPE_WORDS.get(str(w), str(w)) for w in wanted)
+        yield Problem(
+            path,
+            f"expected {words}, got {describe_value(value)}",
+            hint or _TYPE_HINTS.get(str(wanted[0])),
+        )
         return
     if kind in ("minimum", "exclusiveMinimum"):
-        yield Problem(path, f"{value} is less than the minimum of {error.validator_value}",
-                      hint or f"use {error.validator_value} or more")
+        yield Problem(
+            path,
+            f"{value} is less than the minimum of {expected}",
+            hint or f"use {expected} or more",
+        )
         return
     if kind == "maximum":
-        yield Problem(path, f"{value} is more than the maximum of {error.validator_value}",
-                      hint or f"use {error.validator_value} or less")
+        yield Problem(
+            path,
+            f"{value} is more than the maximum of {expected}",
+            hint or f"use {expected} or less",
+        )
         return
     if kind in ("enum", "const"):
-        options = error.validator_value if kind == "enum" else [error.validator_value]
+        options = expected if kind == "enum" else [expected]
         guess = did_you_mean(str(value), [str(o) for o in options])
-        fix = f"did you mean `{guess}`?" if guess else hint or "use one of: " + ", ".join(
-            str(o) for o in options)
+        fix = (
+            f"did you mean `{guess}`?"
+            if guess
+            else hint or "use one of: " + ", ".join(str(o) for o in options)
+        )
         yield Problem(path, f"{describe_value(value)} is not allowed here", fix)
         return
     if kind == "pattern":
@@ -144,8 +163,11 @@ def _convert(error: ValidationError, base: YamlPath) -> Iterator[Problem]:
     if kind == "propertyNames":
         for sub in error.context:
             sub_hint = sub.schema.get("x-hint") if isinstance(sub.schema, Mapping) else None
-            yield Problem((*path, str(sub.instance)), "this name is not allowed",
-                          sub_hint or "use a plain name")
+            yield Problem(
+                (*path, str(sub.instance)),
+                "this name is not allowed",
+                sub_hint or "use a plain name",
+            )
         return
     yield Problem(path, error.message, hint)
 

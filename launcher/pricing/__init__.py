@@ -24,9 +24,7 @@ class HourlyPrice:
         return HourlyPrice(self.on_demand + other.on_demand, spot)
 
     def times(self, count: int) -> HourlyPrice:
-        return HourlyPrice(
-            self.on_demand * count, None if self.spot is None else self.spot * count
-        )
+        return HourlyPrice(self.on_demand * count, None if self.spot is None else self.spot * count)
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,15 @@ from launcher.providers.spec import (
     string_list,
 )
 
-_KNOWN = {"type", "region", "availability_zone", "use_internal_ips", "cache_stopped_nodes",
-          "security_group", "key_pair"}
+_KNOWN = {
+    "type",
+    "region",
+    "availability_zone",
+    "use_internal_ips",
+    "cache_stopped_nodes",
+    "security_group",
+    "key_pair",
+}
 # Ray's convention: `memory` is what remains for tasks once the object store takes its share.
 _TASK_MEMORY_SHARE = 0.7
 
@@ -78,18 +85,22 @@ class AwsSpec(ProviderSpec):
             zones = provider.get("availability_zone")
             for zone in string_list(zones) if isinstance(zones, str) else ():
                 if not zone.startswith(region):
-                    problems.append(Problem(
-                        ("provider", "availability_zone"),
-                        f"zone {zone} is not in region {region}",
-                        f"use zones of {region}, such as {region}a, or change provider.region",
-                    ))
+                    problems.append(
+                        Problem(
+                            ("provider", "availability_zone"),
+                            f"zone {zone} is not in region {region}",
+                            f"use zones of {region}, such as {region}a, or change provider.region",
+                        )
+                    )
         for name, node_config in _node_types(merged):
             if "SubnetIds" in node_config and "SubnetId" in node_config:
-                problems.append(Problem(
-                    ("available_node_types", name, "node_config", "SubnetId"),
-                    "both SubnetId and SubnetIds are set",
-                    "keep one: SubnetIds lists subnets to try in order",
-                ))
+                problems.append(
+                    Problem(
+                        ("available_node_types", name, "node_config", "SubnetId"),
+                        "both SubnetId and SubnetIds are set",
+                        "keep one: SubnetIds lists subnets to try in order",
+                    )
+                )
         return problems
 
     def build_provider(self, section: Mapping[str, Any]) -> ProviderConfig:
@@ -112,8 +123,7 @@ class AwsSpec(ProviderSpec):
         info = load_prices().machine("aws", kind) if isinstance(kind, str) else None
         if info is None:
             return None
-        found = {"CPU": info.vcpus,
-                 "memory": int(info.memory_gib * _TASK_MEMORY_SHARE * 2**30)}
+        found = {"CPU": info.vcpus, "memory": int(info.memory_gib * _TASK_MEMORY_SHARE * 2**30)}
         if info.gpus:
             found["GPU"] = info.gpus
         return found
@@ -127,34 +137,52 @@ class AwsSpec(ProviderSpec):
             plan.append(PlannedResource("key pair", "from node_config", "reuse"))
         else:
             key = provider.key_name or f"launcher_{name}_{provider.region}"
-            plan.append(PlannedResource(
-                "key pair", key, "create if missing",
-                f"private key saved to ~/.launcher/keys/{key}.pem (mode 0600)"))
+            plan.append(
+                PlannedResource(
+                    "key pair",
+                    key,
+                    "create if missing",
+                    f"private key saved to ~/.launcher/keys/{key}.pem (mode 0600)",
+                )
+            )
         if all(_groups_given(t.node_config) for t in config.node_types.values()):
             plan.append(PlannedResource("security group", "from node_config", "reuse"))
         else:
             extra = len(provider.security_group_rules)
-            plan.append(PlannedResource(
-                "security group", provider.security_group_name or f"launcher-{name}",
-                "create if missing",
-                "SSH from your own address only; all traffic between the cluster's nodes"
-                + (f"; {extra} extra inbound rule(s)" if extra else "")))
+            plan.append(
+                PlannedResource(
+                    "security group",
+                    provider.security_group_name or f"launcher-{name}",
+                    "create if missing",
+                    "SSH from your own address only; all traffic between the cluster's nodes"
+                    + (f"; {extra} extra inbound rule(s)" if extra else ""),
+                )
+            )
         if "IamInstanceProfile" in config.head_type.node_config:
             plan.append(PlannedResource("IAM instance profile", "from head node_config", "reuse"))
         else:
-            plan.append(PlannedResource(
-                "IAM role + instance profile", f"launcher-head-{name}", "create if missing",
-                f"the head may manage only instances tagged launcher-cluster={name}"))
+            plan.append(
+                PlannedResource(
+                    "IAM role + instance profile",
+                    f"launcher-head-{name}",
+                    "create if missing",
+                    f"the head may manage only instances tagged launcher-cluster={name}",
+                )
+            )
         plan.append(self._subnets(config, provider))
         plan.append(self._images(config))
         return plan
 
     @staticmethod
     def _subnets(config: ClusterConfig, provider: AwsProviderConfig) -> PlannedResource:
-        given = sorted({s for t in config.node_types.values()
-                        for s in string_list(t.node_config.get("SubnetIds", []))
-                        + string_list([t.node_config["SubnetId"]]
-                                      if "SubnetId" in t.node_config else [])})
+        given = sorted(
+            {
+                s
+                for t in config.node_types.values()
+                for s in string_list(t.node_config.get("SubnetIds", []))
+                + string_list([t.node_config["SubnetId"]] if "SubnetId" in t.node_config else [])
+            }
+        )
         if given:
             return PlannedResource("subnets", ", ".join(given), "use")
         zones = ", ".join(provider.availability_zones) or f"all zones of {provider.region}"
@@ -162,8 +190,9 @@ class AwsSpec(ProviderSpec):
 
     @staticmethod
     def _images(config: ClusterConfig) -> PlannedResource:
-        images = sorted({str(t.node_config.get("ImageId", "default")) for t in
-                         config.node_types.values()})
+        images = sorted(
+            {str(t.node_config.get("ImageId", "default")) for t in config.node_types.values()}
+        )
         notes = []
         if "latest_dlami" in images:
             notes.append("latest_dlami is resolved at `up` to the region's Deep Learning AMI")

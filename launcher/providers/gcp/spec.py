@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -12,9 +13,18 @@ from launcher.config.problems import Problem, Severity
 from launcher.pricing import HourlyPrice, PriceTable, load_prices
 from launcher.providers.spec import NodeOffer, PlannedResource, ProviderSpec, extra_keys
 
-_KNOWN = {"type", "region", "availability_zone", "project_id", "use_internal_ips",
-          "cache_stopped_nodes", "gcp_credentials"}
+_KNOWN = {
+    "type",
+    "region",
+    "availability_zone",
+    "project_id",
+    "use_internal_ips",
+    "cache_stopped_nodes",
+    "gcp_credentials",
+}
 _TASK_MEMORY_SHARE = 0.7
+# Custom machine types: `custom-CPUS-MEMORY_MB`, optionally with a family prefix or `-ext`.
+_CUSTOM = re.compile(r"^(?:[a-z0-9]+-)?custom-(\d+)-(\d+)(?:-ext)?$")
 
 
 @dataclass(frozen=True)
@@ -64,16 +74,20 @@ class GcpSpec(ProviderSpec):
         """Older examples write one accelerator as a mapping; GCE wants a list."""
         problems = []
         types = merged.get("available_node_types")
-        for name, node_type in (types.items() if isinstance(types, dict) else ()):
+        for name, node_type in types.items() if isinstance(types, dict) else ():
             node_config = node_type.get("node_config") if isinstance(node_type, dict) else None
             if isinstance(node_config, dict) and isinstance(
-                    node_config.get("guestAccelerators"), dict):
+                node_config.get("guestAccelerators"), dict
+            ):
                 node_config["guestAccelerators"] = [node_config["guestAccelerators"]]
-                problems.append(Problem(
-                    ("available_node_types", name, "node_config", "guestAccelerators"),
-                    "one accelerator written as a mapping; read as a list of one",
-                    "write it as a list item (`- acceleratorType: ...`)",
-                    severity=Severity.WARNING))
+                problems.append(
+                    Problem(
+                        ("available_node_types", name, "node_config", "guestAccelerators"),
+                        "one accelerator written as a mapping; read as a list of one",
+                        "write it as a list item (`- acceleratorType: ...`)",
+                        severity=Severity.WARNING,
+                    )
+                )
         return problems
 
     def check(self, merged: Mapping[str, Any]) -> list[Problem]:
@@ -82,9 +96,13 @@ class GcpSpec(ProviderSpec):
             return []
         region, zone = provider.get("region"), provider.get("availability_zone")
         if isinstance(region, str) and isinstance(zone, str) and not zone.startswith(region + "-"):
-            return [Problem(("provider", "availability_zone"),
-                            f"zone {zone} is not in region {region}",
-                            f"use a zone of {region}, such as {region}-a, or change provider.region")]
+            return [
+                Problem(
+                    ("provider", "availability_zone"),
+                    f"zone {zone} is not in region {region}",
+                    f"use a zone of {region}, such as {region}-a, or change provider.region",
+                )
+            ]
         return []
 
     def build_provider(self, section: Mapping[str, Any]) -> ProviderConfig:
@@ -103,12 +121,17 @@ class GcpSpec(ProviderSpec):
         )
 
     def known_resources(self, node_config: Mapping[str, Any]) -> dict[str, int] | None:
-        info = load_prices().machine("gcp", _basename(node_config.get("machineType")) or "")
-        if info is None:
+        machine = _basename(node_config.get("machineType")) or ""
+        info = load_prices().machine("gcp", machine)
+        custom = _CUSTOM.match(machine)
+        if info is not None:
+            cpus, memory_gib, gpus = info.vcpus, info.memory_gib, info.gpus
+        elif custom:
+            cpus, memory_gib, gpus = int(custom.group(1)), int(custom.group(2)) / 1024, 0
+        else:
             return None
-        found = {"CPU": info.vcpus,
-                 "memory": int(info.memory_gib * _TASK_MEMORY_SHARE * 2**30)}
-        gpus = info.gpus + sum(count for _, count in accelerators(node_config))
+        found = {"CPU": cpus, "memory": int(memory_gib * _TASK_MEMORY_SHARE * 2**30)}
+        gpus += sum(count for _, count in accelerators(node_config))
         if gpus:
             found["GPU"] = gpus
         return found
@@ -119,11 +142,17 @@ class GcpSpec(ProviderSpec):
         project = provider.project_id or "the project of your credentials"
         return [
             PlannedResource("project", project, "use", f"zone {provider.availability_zone}"),
-            PlannedResource("service account", f"launcher-{config.cluster_name}",
-                            "create if missing",
-                            "lets the head manage only this cluster's instances"),
-            PlannedResource("SSH key", "project metadata entry for "
-                            f"{config.auth.ssh_user or 'ubuntu'}", "create if missing"),
+            PlannedResource(
+                "service account",
+                f"launcher-{config.cluster_name}",
+                "create if missing",
+                "lets the head manage only this cluster's instances",
+            ),
+            PlannedResource(
+                "SSH key",
+                f"project metadata entry for {config.auth.ssh_user or 'ubuntu'}",
+                "create if missing",
+            ),
         ]
 
     def node_offer(

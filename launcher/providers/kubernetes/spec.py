@@ -13,11 +13,29 @@ from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
 from launcher.pricing import PriceTable
 from launcher.providers.spec import NodeOffer, PlannedResource, ProviderSpec, extra_keys
 
-_KNOWN = {"type", "namespace", "use_internal_ips", "autoscaler_service_account",
-          "autoscaler_role", "autoscaler_role_binding", "services", "disable_node_updaters"}
+_KNOWN = {
+    "type",
+    "namespace",
+    "use_internal_ips",
+    "autoscaler_service_account",
+    "autoscaler_role",
+    "autoscaler_role_binding",
+    "services",
+    "disable_node_updaters",
+}
 _QUANTITY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
-_SUFFIX = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_SUFFIX = {
+    "": 1,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
 
 
 @dataclass(frozen=True)
@@ -97,8 +115,11 @@ class KubernetesSpec(ProviderSpec):
         provider = config.provider
         assert isinstance(provider, KubernetesProviderConfig)
         plan = [PlannedResource("namespace", provider.namespace, "use")]
-        for kind, manifest in (("service account", provider.service_account),
-                               ("role", provider.role), ("role binding", provider.role_binding)):
+        for kind, manifest in (
+            ("service account", provider.service_account),
+            ("role", provider.role),
+            ("role binding", provider.role_binding),
+        ):
             if manifest is not None:
                 plan.append(PlannedResource(kind, _name(manifest, "?"), "create if missing"))
         for service in provider.services:

@@ -88,34 +88,53 @@ class OnPremSpec(ProviderSpec):
                 Problem(
                     ("provider",),
                     "no machines given",
-                    "set provider.head_ip and provider.worker_ips (or provider.coordinator_address)",
+                    "set provider.head_ip and provider.worker_ips "
+                    "(or provider.coordinator_address)",
                 )
             )
         ips = _worker_ips(merged)
         if ips is None:
             if not has_coordinator and "worker_ips" not in provider:
                 problems.append(
-                    Problem(("provider",), "provider.worker_ips is missing",
-                            "list the worker machines, or `worker_ips: []` for a head-only cluster")
+                    Problem(
+                        ("provider",),
+                        "provider.worker_ips is missing",
+                        "list the worker machines, or `worker_ips: []` for a head-only cluster",
+                    )
                 )
             return problems
         seen: set[str] = set()
         for index, ip in enumerate(ips):
             if ip in seen:
-                problems.append(Problem(("provider", "worker_ips", index),
-                                        f"{ip} is listed twice", "list each machine once"))
+                problems.append(
+                    Problem(
+                        ("provider", "worker_ips", index),
+                        f"{ip} is listed twice",
+                        "list each machine once",
+                    )
+                )
             seen.add(ip)
         if provider.get("head_ip") in seen:
-            problems.append(Problem(("provider", "head_ip"),
-                                    f"{provider['head_ip']} is also listed in worker_ips",
-                                    "a machine is either the head or a worker; remove it from one"))
+            problems.append(
+                Problem(
+                    ("provider", "head_ip"),
+                    f"{provider['head_ip']} is also listed in worker_ips",
+                    "a machine is either the head or a worker; remove it from one",
+                )
+            )
         max_workers = merged.get("max_workers")
-        if isinstance(max_workers, int) and not isinstance(max_workers, bool) \
-                and max_workers > len(ips):
-            problems.append(Problem(("max_workers",),
-                                    f"{max_workers} is more than the {len(ips)} machines in "
-                                    "provider.worker_ips",
-                                    f"set max_workers to at most {len(ips)} or list more machines"))
+        if (
+            isinstance(max_workers, int)
+            and not isinstance(max_workers, bool)
+            and max_workers > len(ips)
+        ):
+            problems.append(
+                Problem(
+                    ("max_workers",),
+                    f"{max_workers} is more than the {len(ips)} machines in provider.worker_ips",
+                    f"set max_workers to at most {len(ips)} or list more machines",
+                )
+            )
         return problems
 
     def build_provider(self, section: Mapping[str, Any]) -> ProviderConfig:
@@ -132,12 +151,22 @@ class OnPremSpec(ProviderSpec):
         provider = config.provider
         assert isinstance(provider, OnPremProviderConfig)
         if provider.coordinator_address:
-            return [PlannedResource("machines", provider.coordinator_address, "use",
-                                    "handed out by the coordinator server")]
+            return [
+                PlannedResource(
+                    "machines",
+                    provider.coordinator_address,
+                    "use",
+                    "handed out by the coordinator server",
+                )
+            ]
         return [
             PlannedResource("head machine", provider.head_ip or "?", "use", "over SSH"),
-            PlannedResource("worker machines", ", ".join(provider.worker_ips) or "(none)", "use",
-                            f"{len(provider.worker_ips)} listed; in-use ones tracked on the head"),
+            PlannedResource(
+                "worker machines",
+                ", ".join(provider.worker_ips) or "(none)",
+                "use",
+                f"{len(provider.worker_ips)} listed; in-use ones tracked on the head",
+            ),
         ]
 
     def node_offer(

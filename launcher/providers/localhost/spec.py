@@ -52,8 +52,12 @@ class LocalhostSpec(ProviderSpec):
         self, config: ClusterConfig, node_type: NodeType, prices: PriceTable
     ) -> NodeOffer:
         shown = ", ".join(f"{k}={v}" for k, v in sorted(node_type.resources.items()))
-        return NodeOffer(f"Ray node on this machine ({shown or 'detected resources'})",
-                         spot=False, price=None, billed=False)
+        return NodeOffer(
+            f"Ray node on this machine ({shown or 'detected resources'})",
+            spot=False,
+            price=None,
+            billed=False,
+        )
 
 
 class FakeMultinodeSpec(LocalhostSpec):

@@ -1,0 +1,72 @@
+"""The `launcher` command group and its error handling."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from launcher import __version__
+from launcher.cli.output import Output
+from launcher.errors import ConfigError, LauncherError
+
+
+@dataclass
+class Settings:
+    verbose: bool
+    output: Output
+
+
+class LauncherGroup(click.Group):
+    """Turns library errors into one clear line and an exit code; tracebacks only with -v."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ConfigError as exc:
+            settings = ctx.find_object(Settings)
+            out = settings.output if settings else Output()
+            out.problems(exc.source, exc.problems)
+            if settings and settings.verbose:
+                traceback.print_exc()
+            ctx.exit(exc.exit_code)
+        except LauncherError as exc:
+            _fail(ctx, f"error: {exc}", exc.exit_code)
+        except KeyboardInterrupt:
+            _fail(ctx, "interrupted", 130)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            _fail(
+                ctx,
+                f"internal error: {type(exc).__name__}: {exc} "
+                "(run with -v for the traceback, and please report it)",
+                1,
+            )
+
+
+def _fail(ctx: click.Context, message: str, code: int) -> None:
+    settings = ctx.find_object(Settings)
+    if settings and settings.verbose:
+        traceback.print_exc()
+    click.echo(message, err=True)
+    ctx.exit(code)
+
+
+@click.group(cls=LauncherGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks and more detail on errors.")
+@click.version_option(
+    __version__, "--version", prog_name="launcher", help="Show the launcher's version and exit."
+)
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool) -> None:
+    """Launch and autoscale Ray clusters from Ray-compatible cluster YAML files."""
+    ctx.obj = Settings(verbose=verbose, output=Output())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="launcher")

@@ -1,0 +1,72 @@
+"""The `validate` and `plan` commands."""
+
+from __future__ import annotations
+
+import click
+
+from launcher.cli.app import Settings, cli
+from launcher.cli.render_plan import render_plan
+from launcher.config import load_config
+from launcher.errors import ConfigError
+from launcher.plan import make_plan
+from launcher.pricing import load_prices
+from launcher.providers.registry import SPECS
+
+config_argument = click.argument(
+    "cluster_config_file", metavar="CLUSTER.yaml", type=click.Path(dir_okay=False)
+)
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of text."
+)
+
+
+@cli.command()
+@config_argument
+@json_option
+@click.pass_obj
+def validate(settings: Settings, cluster_config_file: str, as_json: bool) -> None:
+    """Check a cluster config and report every problem in it. Contacts nothing."""
+    out = settings.output
+    try:
+        config = load_config(cluster_config_file)
+    except ConfigError as exc:
+        if not as_json:
+            raise
+        out.json({"valid": False, "problems": [p.to_json() for p in exc.problems]})
+        raise click.exceptions.Exit(exc.exit_code) from None
+    if as_json:
+        out.json(
+            {
+                "valid": True,
+                "cluster_name": config.cluster_name,
+                "provider": config.provider.type,
+                "head_node_type": config.head_node_type,
+                "node_types": list(config.node_types),
+                "problems": [p.to_json() for p in config.warnings],
+            }
+        )
+        return
+    out.problems(cluster_config_file, config.warnings)
+    workers = [t for t in config.node_types.values() if t.max_workers > 0]
+    out.line(
+        f"{cluster_config_file}: valid: cluster {config.cluster_name!r} on "
+        f"{config.provider.type}, head {config.head_node_type}, "
+        f"{len(workers)} worker type(s), up to {config.max_workers} worker(s)"
+        + (f", {len(config.warnings)} warning(s)" if config.warnings else "")
+    )
+
+
+@cli.command()
+@config_argument
+@json_option
+@click.pass_obj
+def plan(settings: Settings, cluster_config_file: str, as_json: bool) -> None:
+    """Show what `up` would do: nodes, cloud resources, commands and cost. Contacts nothing."""
+    out = settings.output
+    config = load_config(cluster_config_file)
+    result = make_plan(config, SPECS[config.provider.type], load_prices())
+    if as_json:
+        out.json(result.to_json())
+        return
+    out.problems(cluster_config_file, config.warnings)
+    render_plan(out.console, result)

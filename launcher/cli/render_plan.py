@@ -1,0 +1,98 @@
+"""Text rendering of a `ClusterPlan`: plain lines that read well at any terminal width."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+
+from launcher.plan import ClusterPlan, NodeGroupPlan, describe_resources
+
+
+def _money(value: float | None) -> str:
+    return "unknown" if value is None else f"${value:,.3f}"
+
+
+def render_plan(console: Console, plan: ClusterPlan) -> None:
+    config = plan.config
+    console.print(
+        f"[bold]Plan for cluster {escape(config.cluster_name)}[/bold] on "
+        f"{config.provider.type}. Nothing is created by `plan`; this is what `up` "
+        "would do."
+    )
+    console.print()
+    console.print("[bold]Head node[/bold]")
+    _group(console, plan.head)
+    console.print(
+        f"[bold]Workers[/bold]: {plan.cost.workers_at_start} at start, at most "
+        f"{plan.cost.workers_at_max} (max_workers {config.max_workers}); idle workers "
+        f"are removed after {config.idle_timeout_minutes:g} min"
+    )
+    for group in plan.workers:
+        _group(console, group)
+    if not plan.workers:
+        console.print("  (no worker types)")
+    console.print()
+    console.print("[bold]Resources[/bold]")
+    for item in plan.resources:
+        detail = f" ({escape(item.detail)})" if item.detail else ""
+        console.print(f"  {item.action}: {item.kind} {escape(item.name)}{detail}")
+    console.print()
+    _commands(console, plan)
+    _cost(console, plan)
+
+
+def _group(console: Console, group: NodeGroupPlan) -> None:
+    offer = group.offer
+    count = "1" if group.role == "head" else f"{group.at_start} at start, up to {group.at_most}"
+    market = ""
+    if offer.billed:
+        market = ", spot" if offer.spot else ", on-demand"
+        if offer.price is None:
+            market += " (price unknown)"
+        else:
+            spot = _money(offer.price.spot)
+            market += f" (on-demand {_money(offer.price.on_demand)}/h, spot {spot}/h)"
+    console.print(f"  {escape(group.node_type.name)}: {count}; {escape(offer.description)}{market}")
+    console.print(f"    resources: {escape(describe_resources(group.node_type))}")
+
+
+def _commands(console: Console, plan: ClusterPlan) -> None:
+    groups: dict[tuple[str, object], list[NodeGroupPlan]] = {}
+    for group in (plan.head, *plan.workers):
+        groups.setdefault((group.role, group.commands), []).append(group)
+    for (role, _), members in groups.items():
+        names = ", ".join(g.node_type.name for g in members)
+        commands = members[0].commands
+        console.print(f"[bold]Commands on {role} nodes[/bold] ({escape(names)})")
+        for stage, lines in (
+            ("initialization", commands.initialization),
+            ("setup", commands.setup),
+            ("start ray", commands.start_ray),
+        ):
+            console.print(f"  {stage}:" + ("" if lines else " (none)"))
+            for line in lines:
+                console.print(f"    $ {escape(line)}")
+        console.print()
+
+
+def _cost(console: Console, plan: ClusterPlan) -> None:
+    cost = plan.cost
+    if not cost.billed:
+        console.print("[bold]Cost[/bold]: none billed through the launcher (your own machines).")
+        return
+    console.print(
+        f"[bold]Estimated cost per hour[/bold] (indicative {cost.reference_region} "
+        f"list prices as of {cost.as_of}; other regions differ)"
+    )
+    console.print(
+        f"  at start, 1 head + {cost.workers_at_start} workers: "
+        f"{_money(cost.at_start)} as configured, "
+        f"{_money(cost.at_start_on_demand)} all on-demand"
+    )
+    console.print(
+        f"  at most, 1 head + {cost.workers_at_max} workers: "
+        f"{_money(cost.at_max)} as configured, "
+        f"{_money(cost.at_max_on_demand)} all on-demand"
+    )
+    if cost.unpriced_types:
+        console.print("  no price known for: " + escape(", ".join(cost.unpriced_types)))

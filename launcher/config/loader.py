@@ -154,15 +154,17 @@ def _apply_overrides(merged: dict[str, Any], overrides: Overrides) -> None:
 
 
 def _validate(merged: dict[str, Any], spec: ProviderSpec | None) -> list[Problem]:
+    provider = merged.get("provider")
+    # A string provider.type is judged by the registry, with its own suggestion.
+    named = isinstance(provider, Mapping) and isinstance(provider.get("type"), str)
     problems = [
         p
         for p in schema_problems(merged, "cluster")
-        if not (spec is not None and p.path[:2] == ("provider", "type"))
+        if not (named and p.path == ("provider", "type"))
     ]
     if spec is None:
         return problems
     name = f"providers/{spec.schema_name}"
-    provider = merged.get("provider")
     problems += schema_problems(provider, name, ("provider",), "provider")
     problems += typo_problems(provider, name, ("provider",), "provider")
     types = merged.get("available_node_types")
@@ -177,25 +179,20 @@ def _validate(merged: dict[str, Any], spec: ProviderSpec | None) -> list[Problem
 
 
 def _locate(problems: list[Problem], document: YamlDocument, aliases: Aliases) -> list[Problem]:
+    """Give each problem the user's path and file line; drop knock-on problems of typos."""
+    typo_targets = {(*p.path[:-1], p.meant) for p in problems if p.meant}
     located = []
     for problem in problems:
         path = _unalias(problem.path, aliases)
+        if path in typo_targets and not document.contains(path):
+            continue  # e.g. the default max_workers, in force only because of `max_worker:`
         if problem.line is not None:
-            located.append(
-                Problem(
-                    path,
-                    problem.message,
-                    problem.hint,
-                    problem.severity,
-                    problem.line,
-                    problem.column,
-                )
-            )
+            located.append(problem.at(path, problem.line, problem.column))
             continue
-        unknown_key = problem.message in ("unknown key",)
-        position = document.locate(path, prefer_key=unknown_key)
+        prefer_key = problem.meant is not None or problem.message == "unknown key"
+        position = document.locate(path, prefer_key=prefer_key)
         line, column = position if position else (None, None)
-        located.append(Problem(path, problem.message, problem.hint, problem.severity, line, column))
+        located.append(problem.at(path, line, column))
     unique = list(dict.fromkeys(located))
     return sorted(unique, key=lambda p: (p.line or 0, p.column or 0))
 

@@ -29,13 +29,15 @@ class Problem:
     severity: Severity = Severity.ERROR
     line: int | None = None
     column: int | None = None
+    # For an unknown key that looks like a typo: the key it probably meant.
+    meant: str | None = None
 
     @property
     def is_error(self) -> bool:
         return self.severity is Severity.ERROR
 
-    def located(self, line: int | None, column: int | None) -> Problem:
-        return Problem(self.path, self.message, self.hint, self.severity, line, column)
+    def at(self, path: YamlPath, line: int | None, column: int | None) -> Problem:
+        return Problem(path, self.message, self.hint, self.severity, line, column, self.meant)
 
     def render(self, source: str) -> str:
         """One line: `file:line: path: what is wrong; how to fix it`."""
@@ -75,8 +77,30 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     lowered = {c.lower(): c for c in options}
     if word.lower() in lowered:
         return lowered[word.lower()]
+    allowed = 1 if len(word) <= 4 else 2
+    near = sorted((_edit_distance(word.lower(), c.lower()), c) for c in options)
+    if near and near[0][0] <= allowed:
+        return near[0][1]
     match = difflib.get_close_matches(word, options, n=1, cutoff=0.75)
     return match[0] if match else None
+
+
+def _edit_distance(a: str, b: str) -> int:
+    """Edits (insert, delete, replace, swap of neighbours) turning `a` into `b`."""
+    if abs(len(a) - len(b)) > 2:
+        return 3
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, char_a in enumerate(a, 1):
+        current = [i]
+        for j, char_b in enumerate(b, 1):
+            cost = 0 if char_a == char_b else 1
+            best = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and char_a == b[j - 2] and a[i - 2] == char_b:
+                best = min(best, previous2[j - 2] + 1)
+            current.append(best)
+        previous2, previous = previous, current
+    return previous[-1]
 
 
 def describe_value(value: object) -> str:

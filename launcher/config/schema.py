@@ -87,7 +87,9 @@ def typo_problems(instance: object, name: str, base: YamlPath, definition: str) 
             continue
         guess = did_you_mean(key, known)
         if guess is not None:
-            problems.append(Problem((*base, key), "unknown key", f"did you mean `{guess}`?"))
+            problems.append(
+                Problem((*base, key), "unknown key", f"did you mean `{guess}`?", meant=guess)
+            )
         else:
             problems.append(
                 Problem(
@@ -112,7 +114,7 @@ def _convert(error: ValidationError, base: YamlPath) -> Iterator[Problem]:
         for key in _unknown_keys(value, schema):
             guess = did_you_mean(key, known)
             fix = f"did you mean `{guess}`?" if guess else _known_keys_hint(known)
-            yield Problem((*path, key), "unknown key", fix)
+            yield Problem((*path, key), "unknown key", fix, meant=guess)
         return
     if kind == "required":
         for key in expected:

@@ -24,6 +24,9 @@ class YamlDocument:
     positions: Mapping[YamlPath, Position] = field(default_factory=dict)
     key_positions: Mapping[YamlPath, Position] = field(default_factory=dict)
 
+    def contains(self, path: YamlPath) -> bool:
+        return path in self.positions
+
     def locate(self, path: YamlPath, *, prefer_key: bool = False) -> Position | None:
         """The position of `path`, or of its nearest ancestor that is in the file."""
         probe = path
@@ -113,7 +116,8 @@ def _record_positions(
     key_positions: dict[YamlPath, Position],
     active: set[int],
 ) -> None:
-    positions.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
+    if path:  # the whole document has no one line worth pointing at
+        positions.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
     if id(node) in active:  # a recursive alias
         return
     active.add(id(node))

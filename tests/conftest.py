@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from launcher.cli.main import cli
+
+REPO = Path(__file__).resolve().parent.parent
+RAY_EXAMPLES = REPO.parent / "shared" / "ray-example-configs"
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    exception: BaseException | None
+
+
+def run_cli(*args: str) -> CliResult:
+    """Run the launcher CLI in-process, as a user would, and capture both streams."""
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=True)
+    exception = result.exception
+    if isinstance(exception, SystemExit):
+        exception = None
+    return CliResult(result.exit_code, result.stdout, result.stderr, exception)
+
+
+@pytest.fixture
+def cli_runner() -> Callable[..., CliResult]:
+    return run_cli
+
+
+@pytest.fixture
+def write_config(tmp_path: Path) -> Callable[[str], Path]:
+    def write(text: str, name: str = "cluster.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+
+    return write
+
+
+@pytest.fixture
+def ray_examples() -> Path:
+    if not RAY_EXAMPLES.is_dir():
+        pytest.fail(
+            f"Ray's example configs are expected at {RAY_EXAMPLES} (shared/ beside the repo)"
+        )
+    return RAY_EXAMPLES
+
+
+@pytest.fixture
+def fake_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    assert os.path.expanduser("~") == str(home)
+    return home

@@ -266,7 +266,10 @@ def test_non_string_keys(
 def test_legacy_error_reported_at_the_old_key(
     write_config: Callable[[str], Path], cli_runner: Callable[..., CliResult]
 ) -> None:
-    text = "cluster_name: old\nprovider: {type: aws, region: us-west-2}\nmin_workers: -1\nhead_node:\n  InstanceTyp: m5.large\n"
+    text = (
+        "cluster_name: old\nprovider: {type: aws, region: us-west-2}\n"
+        "min_workers: -1\nhead_node:\n  InstanceTyp: m5.large\n"
+    )
     result = cli_runner("validate", str(write_config(text)))
     assert result.exit_code == 2
     assert ":3: error: min_workers: -1 is less than the minimum of 0" in result.stderr

@@ -42,7 +42,7 @@ def merge_defaults(raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[
             merged[key] = copy.deepcopy(value)
         elif key in _MERGED_SECTIONS and isinstance(merged[key], dict):
             merged[key] = {**copy.deepcopy(value), **merged[key]}
-    if not user_types and "available_node_types" in defaults:
+    if "available_node_types" not in raw and "available_node_types" in defaults:
         merged["available_node_types"] = copy.deepcopy(defaults["available_node_types"])
         merged.setdefault("head_node_type", defaults.get("head_node_type"))
     elif isinstance(user_types, Mapping) and defaults.get("head_node_type") in user_types:

@@ -50,9 +50,9 @@ def convert_legacy(
     worker_nodes = _pop_mapping(raw, "worker_nodes", problems)
     has_min = "min_workers" in raw
     min_workers = raw.pop("min_workers", None)
-    types = raw.get("available_node_types")
-    if isinstance(types, Mapping) and types:
-        _merge_into_types(raw, head_node, worker_nodes, problems)
+    if "available_node_types" in raw:
+        if isinstance(raw["available_node_types"], Mapping):
+            _merge_into_types(raw, head_node, worker_nodes, problems)
         if has_min:
             problems.append(
                 Problem(
@@ -89,7 +89,7 @@ def convert_legacy(
         new_types[worker_name]["max_workers"] = raw["max_workers"]
         aliases[("available_node_types", worker_name, "max_workers")] = ("max_workers",)
     raw["available_node_types"] = new_types
-    raw["head_node_type"] = head_name
+    raw.setdefault("head_node_type", head_name)
     return aliases, problems
 
 

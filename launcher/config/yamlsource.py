@@ -43,7 +43,19 @@ class YamlDocument:
 
 def parse_yaml(text: str) -> tuple[YamlDocument | None, list[Problem]]:
     """Parse one YAML document. On a syntax error, return no document and one problem."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        return None, [
+            Problem(
+                (),
+                f"line {line} has a character YAML does not allow ({char!r})",
+                "remove it or write it escaped in a quoted string",
+                line=line,
+            )
+        ]
     try:
         node = loader.get_single_node()
         if node is None:

@@ -108,7 +108,7 @@ def _check_counts(merged: Mapping[str, Any]) -> list[Problem]:
                     f"raise max_workers to at least {low} or lower min_workers",
                 )
             )
-    if global_max is not None and total_min > global_max:
+    if global_max is not None and 0 <= global_max < total_min:
         problems.append(
             Problem(
                 ("max_workers",),

@@ -1,0 +1,44 @@
+"""The installed command, as a user runs it in a shell: exit codes and no tracebacks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from launcher import __version__
+from tests.conftest import REPO
+
+LAUNCHER = Path(sys.executable).parent / "launcher"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, check=False, capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+def test_console_script_and_module_agree() -> None:
+    for command in ([str(LAUNCHER)], [sys.executable, "-m", "launcher"]):
+        result = _run(*command, "--version")
+        assert result.returncode == 0
+        assert __version__ in result.stdout
+        help_text = _run(*command, "--help").stdout
+        assert "validate" in help_text and "plan" in help_text
+
+
+def test_bad_config_exit_2_without_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster_name: x\nprovider: {type: aws, region: 5}\n")
+    result = _run(str(LAUNCHER), "validate", str(bad))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "provider.region: expected text, got the number 5" in result.stderr
+    verbose = _run(str(LAUNCHER), "-v", "validate", str(bad))
+    assert verbose.returncode == 2
+    assert "Traceback" in verbose.stderr
+
+
+def test_unknown_command_and_option_exit_2() -> None:
+    assert _run(str(LAUNCHER), "nope").returncode == 2
+    assert _run(str(LAUNCHER), "validate", "--nope", "x.yaml").returncode == 2
+    assert _run(str(LAUNCHER), "validate").returncode == 2

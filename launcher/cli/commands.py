@@ -6,8 +6,8 @@ import click
 
 from launcher.cli.app import Settings, cli
 from launcher.cli.render_plan import render_plan
-from launcher.config import load_config
-from launcher.errors import ConfigError
+from launcher.config import ClusterConfig, load_config
+from launcher.errors import ConfigError, UsageError
 from launcher.plan import make_plan
 from launcher.pricing import load_prices
 from launcher.providers.registry import SPECS
@@ -27,13 +27,7 @@ json_option = click.option(
 def validate(settings: Settings, cluster_config_file: str, as_json: bool) -> None:
     """Check a cluster config and report every problem in it. Contacts nothing."""
     out = settings.output
-    try:
-        config = load_config(cluster_config_file)
-    except ConfigError as exc:
-        if not as_json:
-            raise
-        out.json({"valid": False, "problems": [p.to_json() for p in exc.problems]})
-        raise click.exceptions.Exit(exc.exit_code) from None
+    config = _load(settings, cluster_config_file, as_json)
     if as_json:
         out.json(
             {
@@ -63,10 +57,26 @@ def validate(settings: Settings, cluster_config_file: str, as_json: bool) -> Non
 def plan(settings: Settings, cluster_config_file: str, as_json: bool) -> None:
     """Show what `up` would do: nodes, cloud resources, commands and cost. Contacts nothing."""
     out = settings.output
-    config = load_config(cluster_config_file)
+    config = _load(settings, cluster_config_file, as_json)
     result = make_plan(config, SPECS[config.provider.type], load_prices())
     if as_json:
         out.json(result.to_json())
         return
     out.problems(cluster_config_file, config.warnings)
     render_plan(out.console, result)
+
+
+def _load(settings: Settings, path: str, as_json: bool) -> ClusterConfig:
+    """Load a config; with --json, problems are printed as JSON on stdout too."""
+    try:
+        return load_config(path)
+    except (ConfigError, UsageError) as exc:
+        if not as_json:
+            raise
+        problems = (
+            [p.to_json() for p in exc.problems]
+            if isinstance(exc, ConfigError)
+            else [{"severity": "error", "message": str(exc)}]
+        )
+        settings.output.json({"valid": False, "problems": problems})
+        raise click.exceptions.Exit(exc.exit_code) from None

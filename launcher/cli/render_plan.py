@@ -78,7 +78,10 @@ def _commands(console: Console, plan: ClusterPlan) -> None:
 def _cost(console: Console, plan: ClusterPlan) -> None:
     cost = plan.cost
     if not cost.billed:
-        console.print("[bold]Cost[/bold]: none billed through the launcher (your own machines).")
+        console.print(
+            "[bold]Cost[/bold]: no per-node price; the nodes run on machines or a "
+            "cluster you already have."
+        )
         return
     console.print(
         f"[bold]Estimated cost per hour[/bold] (indicative {cost.reference_region} "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from launcher.config.checks import effective_max_workers
+from launcher.config.checks import as_count, effective_max_workers
 from launcher.config.frozen import freeze
 from launcher.config.model import (
     AuthConfig,
@@ -30,7 +30,7 @@ def _optional_strings(value: object) -> tuple[str, ...] | None:
 def build_config(
     merged: Mapping[str, Any], spec: ProviderSpec, source: str, warnings: list[Problem]
 ) -> ClusterConfig:
-    global_max = int(merged["max_workers"])
+    global_max = as_count(merged["max_workers"]) or 0
     head = str(merged["head_node_type"])
     node_types = {
         name: _node_type(name, raw, spec, effective_max_workers(name, raw, head, global_max))
@@ -68,21 +68,21 @@ def _node_type(
     name: str, raw: Mapping[str, Any], spec: ProviderSpec, max_workers: int | None
 ) -> NodeType:
     node_config = raw.get("node_config") or {}
-    declared = dict(raw.get("resources") or {})
-    # Declared resources win; CPU, GPU and memory left out come from the instance size.
-    known = {} if "CPU" in declared else spec.known_resources(node_config) or {}
+    declared = {k: as_count(v) or 0 for k, v in (raw.get("resources") or {}).items()}
+    # Declared resources win; what they leave out comes from the instance size, as in Ray.
+    known = spec.known_resources(node_config) or {}
     resources = {**known, **declared}
-    if "CPU" in declared:
-        source = ResourceSource.DECLARED
+    if set(known) - set(declared):
+        source = ResourceSource.INSTANCE_TABLE
     else:
-        source = ResourceSource.INSTANCE_TABLE if known else ResourceSource.DETECTED
+        source = ResourceSource.DECLARED if declared else ResourceSource.DETECTED
     docker = raw.get("docker")
     return NodeType(
         name=name,
         node_config=freeze(node_config),
         resources=freeze(resources),
         resource_source=source,
-        min_workers=int(raw.get("min_workers", 0)),
+        min_workers=as_count(raw.get("min_workers", 0)) or 0,
         max_workers=int(max_workers or 0),
         labels=freeze(raw.get("labels", {})),
         idle_timeout_s=raw.get("idle_timeout_s"),

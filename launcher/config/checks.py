@@ -15,8 +15,15 @@ from launcher.config.problems import Problem, Severity, did_you_mean
 _RAY_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory", "TPU")
 
 
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def as_count(value: object) -> int | None:
+    """A whole number as YAML and JSON schema see it (3 and 3.0 alike), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
 
 
 def _node_types(merged: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -31,7 +38,7 @@ def effective_max_workers(
 ) -> int | None:
     """A type's max_workers, defaulting to the global cap (0 for the head's own type)."""
     if "max_workers" in node_type:
-        return _count(node_type["max_workers"])
+        return as_count(node_type["max_workers"])
     return 0 if name == head_type else global_max
 
 
@@ -88,27 +95,30 @@ def _check_head_type(merged: Mapping[str, Any]) -> list[Problem]:
 
 def _check_counts(merged: Mapping[str, Any]) -> list[Problem]:
     problems: list[Problem] = []
-    global_max = _count(merged.get("max_workers"))
+    global_max = as_count(merged.get("max_workers"))
     head = merged.get("head_node_type")
     total_min = 0
     for name, node_type in _node_types(merged).items():
-        low = _count(node_type.get("min_workers", 0))
+        low = as_count(node_type.get("min_workers", 0))
         if low is None or low < 0:
             continue
         total_min += low
-        if global_max is None and "max_workers" not in node_type:
+        explicit = "max_workers" in node_type
+        if global_max is None and not explicit:
             continue
         high = effective_max_workers(name, node_type, head, global_max or 0)
         if high is not None and high >= 0 and low > high:
-            where = "max_workers" if "max_workers" in node_type else "min_workers"
             problems.append(
                 Problem(
-                    ("available_node_types", name, where),
-                    f"min_workers ({low}) is more than max_workers ({high})",
+                    ("available_node_types", name, "max_workers" if explicit else "min_workers"),
+                    f"min_workers ({low}) is more than max_workers ({high}"
+                    + ("" if explicit else ", from the cluster-wide max_workers")
+                    + ")",
                     f"raise max_workers to at least {low} or lower min_workers",
+                    uses=() if explicit else (("max_workers",),),
                 )
             )
-    if global_max is not None and 0 <= global_max < total_min:
+    if not problems and global_max is not None and 0 <= global_max < total_min:
         problems.append(
             Problem(
                 ("max_workers",),

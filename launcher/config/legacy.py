@@ -78,10 +78,14 @@ def convert_legacy(
         (worker_name, worker_nodes, "worker_nodes"),
     ):
         if node_config:
+            # The older format wrote a node's Ray resources inside its node settings.
+            resources = node_config.pop("resources", None)
+            new_types[name]["node_config"] = {**new_types[name]["node_config"], **node_config}
             # A different machine: its resources come from its own size, not the default's.
-            new_types[name]["node_config"] = node_config
-            new_types[name]["resources"] = {}
+            new_types[name]["resources"] = resources if resources is not None else {}
             aliases[("available_node_types", name, "node_config")] = (key,)
+            if resources is not None:
+                aliases[("available_node_types", name, "resources")] = (key, "resources")
     if has_min:
         new_types[worker_name]["min_workers"] = min_workers
         aliases[("available_node_types", worker_name, "min_workers")] = ("min_workers",)

@@ -110,7 +110,9 @@ def _prepare(
             del raw[key]
     spec = _find_spec(raw, problems)
     if spec is None:
-        return raw, None, {}, problems
+        # Still convert the older format, so its keys are not reported as unknown.
+        aliases, more = convert_legacy(raw, {})
+        return raw, None, aliases, problems + more
     defaults = provider_defaults(spec.defaults_name)
     problems += spec.prepare(raw)
     aliases, more = convert_legacy(raw, defaults)
@@ -184,7 +186,7 @@ def _locate(problems: list[Problem], document: YamlDocument, aliases: Aliases) -
     located = []
     for problem in problems:
         path = _unalias(problem.path, aliases)
-        if path in typo_targets and not document.contains(path):
+        if any(p in typo_targets and not document.contains(p) for p in (path, *problem.uses)):
             continue  # e.g. the default max_workers, in force only because of `max_worker:`
         if problem.line is not None:
             located.append(problem.at(path, problem.line, problem.column))

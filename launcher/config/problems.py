@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import json
 import re
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -31,13 +33,17 @@ class Problem:
     column: int | None = None
     # For an unknown key that looks like a typo: the key it probably meant.
     meant: str | None = None
+    # Other paths whose values this problem depends on (a default, say).
+    uses: tuple[YamlPath, ...] = ()
 
     @property
     def is_error(self) -> bool:
         return self.severity is Severity.ERROR
 
     def at(self, path: YamlPath, line: int | None, column: int | None) -> Problem:
-        return Problem(path, self.message, self.hint, self.severity, line, column, self.meant)
+        return Problem(
+            path, self.message, self.hint, self.severity, line, column, self.meant, self.uses
+        )
 
     def render(self, source: str) -> str:
         """One line: `file:line: path: what is wrong; how to fix it`."""
@@ -67,13 +73,29 @@ def format_path(path: Iterable[PathPart]) -> str:
         elif _PLAIN_KEY.match(part):
             out += f".{part}" if out else part
         else:
-            out += f'["{part}"]'
+            out += "[" + json.dumps(part) + "]"  # escapes newlines and hidden characters
     return out or "(top level)"
+
+
+def hidden_characters(word: str) -> list[str]:
+    """Invisible or look-alike characters in a name (no-break spaces, zero-width joiners)."""
+    return [
+        f"U+{ord(c):04X}"
+        for c in word
+        if not c.isascii() and (c.isspace() or unicodedata.category(c) in ("Cf", "Zs"))
+    ]
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     """The closest known name to a likely typo, or None when nothing is close."""
     options = [c for c in choices if c != word]
+    cleaned = "".join(
+        c
+        for c in unicodedata.normalize("NFKC", word)
+        if not (c.isspace() or unicodedata.category(c) == "Cf")
+    )
+    if cleaned != word and cleaned in options:
+        return cleaned
     lowered = {c.lower(): c for c in options}
     if word.lower() in lowered:
         return lowered[word.lower()]

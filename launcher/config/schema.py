@@ -18,6 +18,7 @@ from launcher.config.problems import (
     describe_value,
     did_you_mean,
     format_path,
+    hidden_characters,
 )
 
 _TYPE_WORDS = {
@@ -71,7 +72,22 @@ def schema_problems(
     problems: list[Problem] = []
     for error in _validator(name, definition).iter_errors(instance):
         problems.extend(_convert(error, base))
-    return problems
+    # A value of the wrong type also fails its enum, range or pattern: say it once.
+    mistyped = {p.path for p in problems if p.message.startswith("expected ")}
+    return [p for p in problems if p.path not in mistyped or p.message.startswith("expected ")]
+
+
+def unknown_key_problem(path: YamlPath, key: str, known: list[str], fallback: str) -> Problem:
+    """An unknown key, with the key it probably meant or what to do instead."""
+    guess = did_you_mean(key, known)
+    hidden = hidden_characters(key)
+    if guess and hidden:
+        fix = f"it contains a hidden character ({', '.join(hidden)}); retype it as `{guess}`"
+    elif guess:
+        fix = f"did you mean `{guess}`?"
+    else:
+        fix = fallback
+    return Problem((*path, key), "unknown key", fix, meant=guess)
 
 
 def typo_problems(instance: object, name: str, base: YamlPath, definition: str) -> list[Problem]:
@@ -85,11 +101,8 @@ def typo_problems(instance: object, name: str, base: YamlPath, definition: str) 
     for key in instance:
         if key in known:
             continue
-        guess = did_you_mean(key, known)
-        if guess is not None:
-            problems.append(
-                Problem((*base, key), "unknown key", f"did you mean `{guess}`?", meant=guess)
-            )
+        if did_you_mean(key, known) is not None:
+            problems.append(unknown_key_problem(base, key, known, ""))
         else:
             problems.append(
                 Problem(
@@ -112,9 +125,14 @@ def _convert(error: ValidationError, base: YamlPath) -> Iterator[Problem]:
     if kind == "additionalProperties" and schema.get("additionalProperties") is False:
         known = list(schema.get("properties", {}))
         for key in _unknown_keys(value, schema):
-            guess = did_you_mean(key, known)
-            fix = f"did you mean `{guess}`?" if guess else _known_keys_hint(known)
-            yield Problem((*path, key), "unknown key", fix, meant=guess)
+            yield unknown_key_problem(path, key, known, _known_keys_hint(known))
+        return
+    if "propertyNames" in error.relative_schema_path:
+        # jsonschema reports a bad key name against its mapping; point at the key itself.
+        what = "an empty name" if value == "" else f"the name {value!r}"
+        yield Problem(
+            (*path, str(value)), f"{what} is not allowed here", hint or "use a plain name"
+        )
         return
     if kind == "required":
         for key in expected:
@@ -126,6 +144,13 @@ def _convert(error: ValidationError, base: YamlPath) -> Iterator[Problem]:
     if kind == "type":
         wanted = expected if isinstance(expected, list) else [expected]
         words = " or ".join(_TYPE_WORDS.get(str(w), str(w)) for w in wanted)
+        if isinstance(value, str) and {"integer", "number"} & set(map(str, wanted)):
+            try:
+                float(value)
+            except ValueError:
+                pass
+            else:
+                hint = f"YAML reads `{value}` as text; write it as a plain number like 1000"
         yield Problem(
             path,
             f"expected {words}, got {describe_value(value)}",

@@ -1,19 +1,44 @@
 """Read a YAML file into plain data plus a map from YAML paths to file positions.
 
-Positions let every problem name the line it is on. Duplicate keys, which YAML
-parsers silently resolve to the last value, are reported as problems.
+Positions let every problem name the line it is on. Mapping keys are kept as the text the
+user wrote (`on:` stays "on", `1:` stays "1"), since cluster configs only have text keys.
+Duplicate keys, which YAML resolves silently to the last value, are reported as warnings;
+recursive aliases and alias "bombs" are refused before anything walks the data.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import yaml
 
-from launcher.config.problems import Problem, YamlPath
+from launcher.config.problems import Problem, Severity, YamlPath
 
 Position = tuple[int, int]  # 1-based line, 1-based column
+
+# More values than this after expanding aliases is refused: no cluster config comes close.
+MAX_EXPANDED_VALUES = 200_000
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _TextKeyLoader(yaml.SafeLoader):
+    """SafeLoader that keeps every mapping key as the text written in the file."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        self.flatten_mapping(node)
+        mapping: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    "a key must be plain text, not a list or mapping",
+                    key_node.start_mark,
+                )
+            mapping[str(key_node.value)] = self.construct_object(value_node, deep=deep)
+        return mapping
 
 
 @dataclass(frozen=True)
@@ -42,25 +67,19 @@ class YamlDocument:
 
 
 def parse_yaml(text: str) -> tuple[YamlDocument | None, list[Problem]]:
-    """Parse one YAML document. On a syntax error, return no document and one problem."""
+    """Parse one YAML document. On an error, return no document and one problem."""
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _TextKeyLoader(text)
     except yaml.reader.ReaderError as exc:
-        line = text.count("\n", 0, exc.position) + 1
-        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
-        return None, [
-            Problem(
-                (),
-                f"line {line} has a character YAML does not allow ({char!r})",
-                "remove it or write it escaped in a quoted string",
-                line=line,
-            )
-        ]
+        return None, [_reader_problem(text, exc)]
     try:
         node = loader.get_single_node()
         if node is None:
             return YamlDocument(data=None), []
-        problems = _duplicate_keys(node, ())
+        refused = _check_expansion(node)
+        if refused is not None:
+            return None, [refused]
+        problems = _duplicate_keys(node, (), set())
         data = loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
         return None, [_syntax_problem(exc)]
@@ -71,8 +90,18 @@ def parse_yaml(text: str) -> tuple[YamlDocument | None, list[Problem]]:
     positions: dict[YamlPath, Position] = {}
     key_positions: dict[YamlPath, Position] = {}
     _record_positions(node, (), positions, key_positions, set())
-    data, key_problems = _stringify_keys(data, (), positions)
-    return YamlDocument(data, positions, key_positions), problems + key_problems
+    return YamlDocument(data, positions, key_positions), problems
+
+
+def _reader_problem(text: str, exc: yaml.reader.ReaderError) -> Problem:
+    line = text.count("\n", 0, exc.position) + 1
+    char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+    return Problem(
+        (),
+        f"line {line} has a character YAML does not allow ({char!r})",
+        "remove it, or write it escaped inside a double-quoted string",
+        line=line,
+    )
 
 
 def _syntax_problem(exc: yaml.MarkedYAMLError) -> Problem:
@@ -86,38 +115,85 @@ def _syntax_problem(exc: yaml.MarkedYAMLError) -> Problem:
     hint = "check the indentation and quoting near that point"
     if "\\t" in what or "\t" in what:
         hint = "indent with spaces, not tabs"
+    elif "single document" in what:
+        hint = "keep one document: remove the extra `---` and what follows it"
+    elif "found undefined alias" in what:
+        hint = "define the anchor (&name) before using it (*name)"
     return Problem((), f"YAML syntax error at {where}{what}", hint, line=line, column=column)
 
 
-def _scalar_key(node: yaml.Node) -> object:
-    return node.value if isinstance(node, yaml.ScalarNode) else id(node)
+def _check_expansion(root: yaml.Node) -> Problem | None:
+    """Refuse recursive aliases and documents whose aliases expand beyond reason."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise _Recursive(node)
+        active.add(key)
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total += sum(size(item) for item in node.value)
+        active.discard(key)
+        sizes[key] = min(total, MAX_EXPANDED_VALUES + 1)
+        return sizes[key]
+
+    try:
+        total = size(root)
+    except _Recursive as exc:
+        line = exc.node.start_mark.line + 1
+        return Problem(
+            (), f"an alias at line {line} contains itself", "remove the recursion", line=line
+        )
+    if total > MAX_EXPANDED_VALUES:
+        return Problem(
+            (),
+            f"aliases expand this file to more than {MAX_EXPANDED_VALUES} values",
+            "use fewer nested aliases",
+        )
+    return None
 
 
-def _duplicate_keys(node: yaml.Node, path: YamlPath) -> list[Problem]:
+class _Recursive(Exception):
+    def __init__(self, node: yaml.Node) -> None:
+        super().__init__("recursive alias")
+        self.node = node
+
+
+def _duplicate_keys(node: yaml.Node, path: YamlPath, seen_nodes: set[int]) -> list[Problem]:
+    if id(node) in seen_nodes:  # an alias of something already checked
+        return []
+    seen_nodes.add(id(node))
     problems: list[Problem] = []
     if isinstance(node, yaml.MappingNode):
-        seen: dict[object, int] = {}
+        seen: dict[str, int] = {}
         for key_node, value_node in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
+            if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
                 continue
-            key = _scalar_key(key_node)
+            key = str(key_node.value)
             line = key_node.start_mark.line + 1
             if key in seen:
                 problems.append(
                     Problem(
-                        (*path, str(key)),
+                        (*path, key),
                         f"key appears twice (lines {seen[key]} and {line})",
-                        "keep one of them: YAML would silently use the last",
+                        "keep one of them: YAML uses the last",
+                        severity=Severity.WARNING,
                         line=line,
                         column=key_node.start_mark.column + 1,
                     )
                 )
             else:
                 seen[key] = line
-            problems += _duplicate_keys(value_node, (*path, str(key)))
+            problems += _duplicate_keys(value_node, (*path, key), seen_nodes)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            problems += _duplicate_keys(item, (*path, index))
+            problems += _duplicate_keys(item, (*path, index), seen_nodes)
     return problems
 
 
@@ -126,62 +202,24 @@ def _record_positions(
     path: YamlPath,
     positions: dict[YamlPath, Position],
     key_positions: dict[YamlPath, Position],
-    active: set[int],
+    visited: set[int],
 ) -> None:
+    """Record where each path starts. An aliased node is walked once, at its anchor; paths
+    under later aliases fall back to the alias itself."""
     if path:  # the whole document has no one line worth pointing at
         positions.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
-    if id(node) in active:  # a recursive alias
+    if id(node) in visited:
         return
-    active.add(id(node))
+    visited.add(id(node))
     if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
+        # Backwards, so the pair YAML keeps (the last; a key's own over a merged one) wins.
+        for key_node, value_node in reversed(node.value):
             key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
             child = (*path, key)
             key_positions.setdefault(
                 child, (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
             )
-            _record_positions(value_node, child, positions, key_positions, active)
+            _record_positions(value_node, child, positions, key_positions, visited)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _record_positions(item, (*path, index), positions, key_positions, active)
-    active.discard(id(node))
-
-
-def _stringify_keys(
-    data: object, path: YamlPath, positions: Mapping[YamlPath, Position]
-) -> tuple[object, list[Problem]]:
-    """Cluster configs only have string keys; report and convert any other key."""
-    problems: list[Problem] = []
-    if isinstance(data, dict):
-        out: dict[str, object] = {}
-        for key, value in data.items():
-            name = key if isinstance(key, str) else _key_text(key)
-            if not isinstance(key, str):
-                pos = positions.get((*path, name))
-                problems.append(
-                    Problem(
-                        (*path, name),
-                        f"key {name} is read as {type(key).__name__}, not text",
-                        f'quote it: "{name}"',
-                        line=pos[0] if pos else None,
-                    )
-                )
-            out[name], more = _stringify_keys(value, (*path, name), positions)
-            problems += more
-        return out, problems
-    if isinstance(data, list):
-        items = []
-        for index, item in enumerate(data):
-            converted, more = _stringify_keys(item, (*path, index), positions)
-            items.append(converted)
-            problems += more
-        return items, problems
-    return data, problems
-
-
-def _key_text(key: object) -> str:
-    if key is None:
-        return "null"
-    if isinstance(key, bool):
-        return str(key).lower()
-    return str(key)
+            _record_positions(item, (*path, index), positions, key_positions, visited)

@@ -135,7 +135,8 @@ def _cost(
     billed = any(g.offer.billed for g in groups)
     unpriced = tuple(g.node_type.name for g in groups if g.offer.billed and g.price is None)
     at_start = [(head, 1)] + [(g, g.at_start) for g in workers]
-    at_max = [(head, 1), *_most_expensive_fill(workers, config.max_workers)]
+    at_max = [(head, 1), *_most_expensive_fill(workers, config.max_workers, configured=True)]
+    at_max_od = [(head, 1), *_most_expensive_fill(workers, config.max_workers, configured=False)]
     region = prices.reference_regions.get(spec.type) if billed else None
     return CostEstimate(
         billed=billed,
@@ -144,7 +145,7 @@ def _cost(
         at_start=_total(at_start, configured=True),
         at_start_on_demand=_total(at_start, configured=False),
         at_max=_total(at_max, configured=True),
-        at_max_on_demand=_total(at_max, configured=False),
+        at_max_on_demand=_total(at_max_od, configured=False),
         unpriced_types=unpriced,
         as_of=prices.as_of,
         reference_region=region,
@@ -152,13 +153,17 @@ def _cost(
     )
 
 
+def _unit_price(group: NodeGroupPlan, *, configured: bool) -> HourlyPrice | None:
+    return group.price if configured else group.offer.price
+
+
 def _most_expensive_fill(
-    workers: tuple[NodeGroupPlan, ...], cap: int
+    workers: tuple[NodeGroupPlan, ...], cap: int, *, configured: bool
 ) -> list[tuple[NodeGroupPlan, int]]:
     """The costliest mix of workers allowed by per-type and global maxima: a bound on spend."""
 
     def rank(group: NodeGroupPlan) -> float:
-        price = group.price
+        price = _unit_price(group, configured=configured)
         return price.on_demand if price else float("inf")
 
     left = cap - sum(g.at_start for g in workers)
@@ -175,7 +180,7 @@ def _total(items: list[tuple[NodeGroupPlan, int]], *, configured: bool) -> float
     for group, count in items:
         if count == 0 or not group.offer.billed:
             continue
-        price = group.price if configured else group.offer.price
+        price = _unit_price(group, configured=configured)
         if price is None:
             return None
         total += price.on_demand * count

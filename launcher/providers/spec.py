@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
-from launcher.config.problems import Problem
+from launcher.config.problems import Problem, Severity
 from launcher.pricing import HourlyPrice, PriceTable
 
 
@@ -86,3 +86,18 @@ def string_list(value: object) -> tuple[str, ...]:
 
 def extra_keys(section: Mapping[str, Any], known: set[str]) -> dict[str, Any]:
     return {k: v for k, v in section.items() if k not in known}
+
+
+def region_default_warning(raw: Mapping[str, Any], default: str) -> list[Problem]:
+    """Ray fills in a region silently; we say so, since it decides where money is spent."""
+    provider = raw.get("provider")
+    if isinstance(provider, Mapping) and "region" not in provider:
+        return [
+            Problem(
+                ("provider",),
+                f"no region set; using {default}",
+                f"set provider.region (for example `region: {default}`)",
+                severity=Severity.WARNING,
+            )
+        ]
+    return []

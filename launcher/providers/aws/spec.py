@@ -15,6 +15,7 @@ from launcher.providers.spec import (
     PlannedResource,
     ProviderSpec,
     extra_keys,
+    region_default_warning,
     string_list,
 )
 
@@ -77,8 +78,33 @@ class AwsSpec(ProviderSpec):
     install_extra = "aws"
     sdk_module = "boto3"
 
+    def prepare(self, raw: dict[str, Any]) -> list[Problem]:
+        return region_default_warning(raw, "us-west-2")
+
     def check(self, merged: Mapping[str, Any]) -> list[Problem]:
         problems: list[Problem] = []
+        auth = merged.get("auth")
+        own_key = isinstance(auth, Mapping) and isinstance(auth.get("ssh_private_key"), str)
+        for name, node_config in _node_types(merged):
+            base = ("available_node_types", name, "node_config")
+            if "InstanceType" not in node_config and "LaunchTemplate" not in node_config:
+                problems.append(
+                    Problem(
+                        base,
+                        "no InstanceType",
+                        "set InstanceType (such as m5.large) or a LaunchTemplate",
+                        uses=((*base, "InstanceType"),),
+                    )
+                )
+            if own_key and "KeyName" not in node_config and "LaunchTemplate" not in node_config:
+                problems.append(
+                    Problem(
+                        base,
+                        "auth.ssh_private_key is set but node_config has no KeyName",
+                        "set KeyName to the EC2 key pair of that private key",
+                        uses=(("auth", "ssh_private_key"),),
+                    )
+                )
         provider = merged.get("provider")
         if isinstance(provider, Mapping) and isinstance(provider.get("region"), str):
             region = provider["region"]

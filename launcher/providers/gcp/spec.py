@@ -11,7 +11,13 @@ from launcher.config.frozen import freeze
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
 from launcher.config.problems import Problem, Severity
 from launcher.pricing import HourlyPrice, PriceTable, load_prices
-from launcher.providers.spec import NodeOffer, PlannedResource, ProviderSpec, extra_keys
+from launcher.providers.spec import (
+    NodeOffer,
+    PlannedResource,
+    ProviderSpec,
+    extra_keys,
+    region_default_warning,
+)
 
 _KNOWN = {
     "type",
@@ -69,6 +75,9 @@ class GcpSpec(ProviderSpec):
     defaults_name = "gcp"
     install_extra = "gcp"
     sdk_module = "googleapiclient"
+
+    def prepare(self, raw: dict[str, Any]) -> list[Problem]:
+        return region_default_warning(raw, "us-west1")
 
     def complete(self, merged: dict[str, Any]) -> list[Problem]:
         """Older examples write one accelerator as a mapping; GCE wants a list."""

@@ -60,15 +60,20 @@ def parse_quantity(value: object) -> float | None:
 
 
 def _container_resources(node_config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The first container's resource limits over its requests; {} for any other shape."""
     spec = node_config.get("spec")
     containers = spec.get("containers") if isinstance(spec, Mapping) else None
-    if not containers or not isinstance(containers[0], Mapping):
+    if not isinstance(containers, list | tuple) or not containers:
         return {}
-    resources = containers[0].get("resources")
+    first = containers[0]
+    resources = first.get("resources") if isinstance(first, Mapping) else None
     if not isinstance(resources, Mapping):
         return {}
-    merged = dict(resources.get("requests") or {})
-    merged.update(resources.get("limits") or {})
+    merged: dict[str, Any] = {}
+    for part in ("requests", "limits"):
+        values = resources.get(part)
+        if isinstance(values, Mapping):
+            merged.update(values)
     return merged
 
 
@@ -102,13 +107,13 @@ class KubernetesSpec(ProviderSpec):
         found: dict[str, int] = {}
         cpu = parse_quantity(wanted.get("cpu"))
         if cpu is not None:
-            found["CPU"] = max(1, math.floor(cpu)) if cpu >= 1 else 0
+            found["CPU"] = math.ceil(cpu)  # as Ray does: part of a CPU counts as one
         memory = parse_quantity(wanted.get("memory"))
         if memory is not None:
             found["memory"] = int(memory * 0.7)
-        gpu = parse_quantity(wanted.get("nvidia.com/gpu"))
-        if gpu:
-            found["GPU"] = int(gpu)
+        gpus = [parse_quantity(v) for k, v in wanted.items() if "gpu" in str(k).lower()]
+        if any(gpus):
+            found["GPU"] = int(sum(g or 0 for g in gpus))
         return found or None
 
     def bootstrap_plan(self, config: ClusterConfig) -> list[PlannedResource]:
@@ -131,4 +136,4 @@ class KubernetesSpec(ProviderSpec):
     ) -> NodeOffer:
         wanted = _container_resources(node_type.node_config)
         shown = ", ".join(f"{k}={v}" for k, v in sorted(wanted.items())) or "no requests"
-        return NodeOffer(f"pod ({shown})", spot=False, price=None)
+        return NodeOffer(f"pod ({shown})", spot=False, price=None, billed=False)

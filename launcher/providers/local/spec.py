@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.config.checks import as_count
 from launcher.config.frozen import freeze
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
 from launcher.config.problems import Problem, Severity
@@ -67,15 +68,28 @@ class OnPremSpec(ProviderSpec):
 
     def complete(self, merged: dict[str, Any]) -> list[Problem]:
         ips = _worker_ips(merged)
-        types = merged.get("available_node_types")
-        if ips is None or not isinstance(types, dict):
+        if ips is None:
             return []
-        worker = types.get(_WORKER_TYPE)
-        if isinstance(worker, dict):
-            # By default every listed machine is kept in the cluster.
-            worker.setdefault("min_workers", len(ips))
-            worker.setdefault("max_workers", len(ips))
-        return []
+        problems = []
+        count = len(ips)
+        if as_count(merged.get("max_workers")) is not None and merged["max_workers"] > count:
+            # As Ray does: there cannot be more workers than machines.
+            problems.append(_capped(("max_workers",), merged["max_workers"], count))
+            merged["max_workers"] = count
+        types = merged.get("available_node_types")
+        for name, node_type in types.items() if isinstance(types, dict) else ():
+            if not isinstance(node_type, dict):
+                continue
+            if name == _WORKER_TYPE:
+                # By default every listed machine is kept in the cluster.
+                node_type.setdefault("min_workers", count)
+                node_type.setdefault("max_workers", count)
+            for key in ("min_workers", "max_workers"):
+                value = as_count(node_type.get(key))
+                if value is not None and value > count:
+                    problems.append(_capped(("available_node_types", name, key), value, count))
+                    node_type[key] = count
+        return problems
 
     def check(self, merged: Mapping[str, Any]) -> list[Problem]:
         provider = merged.get("provider")
@@ -114,25 +128,12 @@ class OnPremSpec(ProviderSpec):
                     )
                 )
             seen.add(ip)
-        if provider.get("head_ip") in seen:
+        if isinstance(provider.get("head_ip"), str) and provider["head_ip"] in seen:
             problems.append(
                 Problem(
                     ("provider", "head_ip"),
                     f"{provider['head_ip']} is also listed in worker_ips",
                     "a machine is either the head or a worker; remove it from one",
-                )
-            )
-        max_workers = merged.get("max_workers")
-        if (
-            isinstance(max_workers, int)
-            and not isinstance(max_workers, bool)
-            and max_workers > len(ips)
-        ):
-            problems.append(
-                Problem(
-                    ("max_workers",),
-                    f"{max_workers} is more than the {len(ips)} machines in provider.worker_ips",
-                    f"set max_workers to at most {len(ips)} or list more machines",
                 )
             )
         return problems
@@ -173,3 +174,12 @@ class OnPremSpec(ProviderSpec):
         self, config: ClusterConfig, node_type: NodeType, prices: PriceTable
     ) -> NodeOffer:
         return NodeOffer("one of your machines", spot=False, price=None, billed=False)
+
+
+def _capped(path: tuple[str, ...], value: int, count: int) -> Problem:
+    return Problem(
+        path,
+        f"{value} is more than the {count} machines in provider.worker_ips; using {count}",
+        "list more machines or lower the number",
+        severity=Severity.WARNING,
+    )

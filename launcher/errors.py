@@ -32,3 +32,25 @@ class ConfigError(LauncherError):
         first = self.problems[0].render(source) if self.problems else "invalid config"
         more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
         super().__init__(first + more)
+
+
+class ProviderError(LauncherError):
+    """A provider could not do what was asked (no capacity, no free address, API refused)."""
+
+
+class NodeUpdateError(LauncherError):
+    """A node failed to set up: which node, which step, and where its full log is."""
+
+    def __init__(self, node_id: str, stage: str, detail: str, log_path: str) -> None:
+        self.node_id = node_id
+        self.stage = stage
+        self.log_path = log_path
+        super().__init__(f"node {node_id} failed while {stage}: {detail} (full log: {log_path})")
+
+
+class ClusterBusyError(LauncherError):
+    """Another launcher holds this cluster's lock."""
+
+
+class NoClusterError(LauncherError):
+    """The command needs a running cluster and there is none."""

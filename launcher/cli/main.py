@@ -1,5 +1,6 @@
 """Entry point of the `launcher` command: the group with every command registered."""
 
+from launcher.cli import cluster_commands as _cluster_commands  # noqa: F401 - registers them
 from launcher.cli import commands as _commands  # noqa: F401 - registers the commands
 from launcher.cli.app import cli, main
 

@@ -17,6 +17,7 @@ class Output:
     def __init__(self) -> None:
         # Consoles are made per command run and follow sys.stdout/sys.stderr as they are then.
         self.console = Console(highlight=False, soft_wrap=True)
+        self.err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
     def problems(self, source: str, problems: Iterable[Problem]) -> None:
         """One line per problem on stderr; red for errors, yellow for warnings on a terminal."""

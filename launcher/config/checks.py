@@ -42,12 +42,15 @@ def effective_max_workers(
     return 0 if name == head_type else global_max
 
 
-def check_config(merged: Mapping[str, Any], cwd: Path) -> list[Problem]:
+def check_config(
+    merged: Mapping[str, Any], cwd: Path, *, local_files: bool = True
+) -> list[Problem]:
     problems: list[Problem] = []
     problems += _check_head_type(merged)
     problems += _check_counts(merged)
     problems += _check_resource_names(merged)
-    problems += _check_files(merged, cwd)
+    if local_files:
+        problems += _check_files(merged, cwd)
     problems += _check_docker(merged)
     auth = merged.get("auth")
     if (

@@ -59,8 +59,15 @@ def load_config(
 
 
 def parse_config(
-    text: str, source: str, overrides: Overrides | None = None, cwd: Path | None = None
+    text: str,
+    source: str,
+    overrides: Overrides | None = None,
+    cwd: Path | None = None,
+    *,
+    local_files: bool = True,
 ) -> ClusterConfig:
+    """`local_files=False` skips checks of paths on the launcher's machine (file mount
+    sources, keys): the head node's autoscaler reads the config where they do not exist."""
     document, problems = parse_yaml(text)
     if document is None:
         raise ConfigError(source, problems)
@@ -68,7 +75,7 @@ def parse_config(
     merged, spec, aliases, more = _prepare(raw, overrides or Overrides())
     problems += more
     problems += _validate(merged, spec)
-    problems += check_config(merged, cwd or Path.cwd())
+    problems += check_config(merged, cwd or Path.cwd(), local_files=local_files)
     if spec is not None:
         problems += spec.check(merged)
     located = _locate(problems, document, aliases)

@@ -1,0 +1,1 @@
+"""The autoscaler that runs on the head node."""

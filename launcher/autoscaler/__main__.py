@@ -1,0 +1,5 @@
+import sys
+
+from launcher.autoscaler.daemon import main
+
+sys.exit(main())

@@ -1,0 +1,54 @@
+"""What `up` hands the head node's autoscaler: the config text and the command-line overrides.
+
+The head holds its own copies of the file mounts at their remote paths, so the autoscaler
+syncs workers from those (its config's local paths become the remote ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.config.loader import Overrides, parse_config
+from launcher.config.model import ClusterConfig
+
+HEAD_DIR = "~/.launcher/head"
+SPEC_FILE = f"{HEAD_DIR}/autoscaler.json"
+LOG_FILE = f"{HEAD_DIR}/monitor.log"
+PID_FILE = f"{HEAD_DIR}/monitor.pid"
+
+
+@dataclass(frozen=True)
+class AutoscalerSpec:
+    config_text: str
+    source: str
+    overrides: Overrides
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "config_text": self.config_text,
+                "source": self.source,
+                "overrides": dataclasses.asdict(self.overrides),
+            },
+            sort_keys=True,
+        )
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+    @staticmethod
+    def from_json(text: str) -> AutoscalerSpec:
+        data = json.loads(text)
+        return AutoscalerSpec(data["config_text"], data["source"], Overrides(**data["overrides"]))
+
+    def load_on_head(self) -> ClusterConfig:
+        config = parse_config(
+            self.config_text, self.source, self.overrides, Path.home(), local_files=False
+        )
+        mounts = {remote: remote for remote in config.file_mounts}
+        return dataclasses.replace(config, file_mounts=mounts)

@@ -1,0 +1,447 @@
+"""Commands that act on clusters: up, down, exec, submit, attach, rsync-up/down, addresses,
+status and monitor. Flags follow `ray up/down/...`."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from launcher.cli.app import Settings, cli
+from launcher.cli.progress import ProgressView
+from launcher.cluster import lifecycle, ops
+from launcher.config.loader import Overrides, load_config
+from launcher.config.model import ClusterConfig
+from launcher.errors import UsageError
+
+F = Callable[..., Any]
+
+config_argument = click.argument(
+    "cluster_config_file", metavar="CLUSTER.yaml", type=click.Path(dir_okay=False)
+)
+
+
+def name_option(f: F) -> F:
+    return click.option(
+        "-n",
+        "--cluster-name",
+        default=None,
+        help="Use this cluster name instead of the config's cluster_name.",
+    )(f)
+
+
+def yes_option(f: F) -> F:
+    return click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")(f)
+
+
+def cache_option(f: F) -> F:
+    return click.option(
+        "--no-config-cache",
+        is_flag=True,
+        help="Accepted for compatibility with `ray`; the launcher keeps no config cache.",
+    )(f)
+
+
+class PortPair(click.ParamType):  # type: ignore[type-arg]
+    name = "PORT[:REMOTE]"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[int, int]:
+        if isinstance(value, tuple):
+            return value
+        local, _, remote = str(value).partition(":")
+        try:
+            pair = (int(local), int(remote or local))
+        except ValueError:
+            self.fail(f"{value!r} is not a port or LOCAL:REMOTE pair of ports", param, ctx)
+        if not all(0 < p < 65536 for p in pair):
+            self.fail(f"{value!r}: ports are 1-65535", param, ctx)
+        return pair
+
+
+def port_option(f: F) -> F:
+    return click.option(
+        "-p",
+        "--port-forward",
+        "port_forward",
+        multiple=True,
+        type=PortPair(),
+        help="Forward this port (or LOCAL:REMOTE) on this machine to the head "
+        "while the command runs; repeatable.",
+    )(f)
+
+
+def session_options(f: F) -> F:
+    f = click.option("--screen", is_flag=True, help="Run in a detached screen session.")(f)
+    return click.option("--tmux", is_flag=True, help="Run in a detached tmux session.")(f)
+
+
+def _confirm(yes: bool) -> Callable[[str], bool]:
+    def confirm(question: str) -> bool:
+        if yes:
+            return True
+        if not sys.stdin.isatty():
+            raise UsageError(f"{question} Pass -y to confirm when not at a terminal.")
+        return click.confirm(question, default=False)
+
+    return confirm
+
+
+def _config(path: str, cluster_name: str | None) -> ClusterConfig:
+    return load_config(path, Overrides(cluster_name=cluster_name))
+
+
+def _echo(line: str) -> None:
+    click.echo(line)
+
+
+def _up(
+    settings: Settings, path: str, overrides: Overrides, yes: bool, options: lifecycle.UpOptions
+) -> lifecycle.UpResult:
+    with ProgressView(settings.output.err_console) as view:
+        result = lifecycle.up(path, overrides, options, view, _confirm(yes))
+    out = settings.output
+    workers = len(result.workers)
+    out.line(
+        f"Cluster {result.config.cluster_name} is up: head {result.head.ip} "
+        f"({result.head.node_type}), {workers} worker(s) ready, Ray at "
+        f"{result.ray_address}."
+    )
+    return result
+
+
+def _down(
+    settings: Settings,
+    path: str,
+    cluster_name: str | None,
+    *,
+    workers_only: bool = False,
+    keep_min_workers: bool = False,
+    yes: bool = True,
+) -> None:
+    with ProgressView(settings.output.err_console) as view:
+        result = lifecycle.down(
+            path,
+            Overrides(cluster_name=cluster_name),
+            workers_only=workers_only,
+            keep_min_workers=keep_min_workers,
+            events=view,
+            confirm=_confirm(yes),
+        )
+    if not result.terminated and not result.removed:
+        settings.output.line("Nothing to take down.")
+        return
+    settings.output.line(
+        f"Terminated {len(result.terminated)} node(s)"
+        + (f"; removed {', '.join(result.removed)}" if result.removed else "")
+        + "."
+    )
+
+
+@cli.command()
+@config_argument
+@click.option(
+    "--min-workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Override min_workers of every worker node type.",
+)
+@click.option(
+    "--max-workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Override the cluster-wide max_workers.",
+)
+@click.option(
+    "--no-restart",
+    is_flag=True,
+    help="Do not restart Ray on nodes that already run it (avoids stopping jobs).",
+)
+@click.option(
+    "--restart-only", is_flag=True, help="Skip file syncing and setup commands; only restart Ray."
+)
+@click.option("--no-wait", is_flag=True, help="Return once the head is up, before workers.")
+@yes_option
+@name_option
+@cache_option
+@click.pass_obj
+def up(
+    settings: Settings,
+    cluster_config_file: str,
+    min_workers: int | None,
+    max_workers: int | None,
+    no_restart: bool,
+    restart_only: bool,
+    no_wait: bool,
+    yes: bool,
+    cluster_name: str | None,
+    no_config_cache: bool,
+) -> None:
+    """Create or update a cluster: the head node, its setup, Ray and the autoscaler."""
+    if no_restart and restart_only:
+        raise UsageError("--no-restart and --restart-only contradict each other; pick one")
+    overrides = Overrides(
+        cluster_name=cluster_name,
+        min_workers=min_workers,
+        max_workers=max_workers,
+        no_restart=no_restart,
+    )
+    _up(
+        settings,
+        cluster_config_file,
+        overrides,
+        yes,
+        lifecycle.UpOptions(
+            restart_only=restart_only, no_restart=no_restart, wait_for_workers=not no_wait
+        ),
+    )
+
+
+@cli.command()
+@config_argument
+@click.option("--workers-only", is_flag=True, help="Terminate only workers; keep the head.")
+@click.option(
+    "--keep-min-workers", is_flag=True, help="Keep min_workers workers of each type running."
+)
+@yes_option
+@name_option
+@click.pass_obj
+def down(
+    settings: Settings,
+    cluster_config_file: str,
+    workers_only: bool,
+    keep_min_workers: bool,
+    yes: bool,
+    cluster_name: str | None,
+) -> None:
+    """Terminate the cluster's nodes and remove what the launcher created for it."""
+    _down(
+        settings,
+        cluster_config_file,
+        cluster_name,
+        workers_only=workers_only,
+        keep_min_workers=keep_min_workers,
+        yes=yes,
+    )
+
+
+def _run_with_lifecycle(
+    settings: Settings,
+    path: str,
+    cluster_name: str | None,
+    start: bool,
+    stop: bool,
+    action: Callable[[ClusterConfig], int],
+) -> int:
+    """Start the cluster first if asked; always take it down after if asked, even on Ctrl-C."""
+    if start:
+        _up(settings, path, Overrides(cluster_name=cluster_name), True, lifecycle.UpOptions())
+    try:
+        return action(_config(path, cluster_name))
+    finally:
+        if stop:
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish the teardown
+            try:
+                _down(settings, path, cluster_name)
+            finally:
+                signal.signal(signal.SIGINT, previous)
+
+
+def _report_session(settings: Settings, name: str | None, how: str) -> None:
+    if name:
+        settings.output.line(
+            f"Running in {how} session {name} on the head; see it with "
+            f"`launcher attach --{how} CLUSTER.yaml`."
+        )
+
+
+@cli.command(name="exec")
+@config_argument
+@click.argument("cmd")
+@click.option("--start", is_flag=True, help="Start the cluster first if needed.")
+@click.option("--stop", is_flag=True, help="Take the cluster down after the command.")
+@session_options
+@port_option
+@name_option
+@cache_option
+@click.pass_obj
+def exec_command(
+    settings: Settings,
+    cluster_config_file: str,
+    cmd: str,
+    start: bool,
+    stop: bool,
+    screen: bool,
+    tmux: bool,
+    port_forward: tuple[tuple[int, int], ...],
+    cluster_name: str | None,
+    no_config_cache: bool,
+) -> None:
+    """Run a shell command on the head node, with RAY_ADDRESS set; exits with its code."""
+    options = ops.RunOptions(screen=screen, tmux=tmux, port_forward=port_forward)
+
+    def action(config: ClusterConfig) -> int:
+        code, session = ops.exec_on_head(config, cmd, options, _echo)
+        _report_session(settings, session, "tmux" if tmux else "screen")
+        return code
+
+    sys.exit(_run_with_lifecycle(settings, cluster_config_file, cluster_name, start, stop, action))
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@config_argument
+@click.argument("script", type=click.Path(exists=True, dir_okay=False))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--start", is_flag=True, help="Start the cluster first if needed.")
+@click.option(
+    "--stop",
+    is_flag=True,
+    help="Take the cluster down after the script, even if it fails or is interrupted.",
+)
+@session_options
+@port_option
+@name_option
+@cache_option
+@click.pass_obj
+def submit(
+    settings: Settings,
+    cluster_config_file: str,
+    script: str,
+    script_args: tuple[str, ...],
+    start: bool,
+    stop: bool,
+    screen: bool,
+    tmux: bool,
+    port_forward: tuple[tuple[int, int], ...],
+    cluster_name: str | None,
+    no_config_cache: bool,
+) -> None:
+    """Copy a Python script to the head node and run it there; exits with its code."""
+    options = ops.RunOptions(screen=screen, tmux=tmux, port_forward=port_forward)
+
+    def action(config: ClusterConfig) -> int:
+        code, session = ops.submit_script(config, script, script_args, options, _echo)
+        _report_session(settings, session, "tmux" if tmux else "screen")
+        return code
+
+    sys.exit(_run_with_lifecycle(settings, cluster_config_file, cluster_name, start, stop, action))
+
+
+@cli.command()
+@config_argument
+@click.option("--start", is_flag=True, help="Start the cluster first if needed.")
+@session_options
+@click.option("-N", "--new", is_flag=True, help="Start a new tmux/screen session.")
+@port_option
+@name_option
+@cache_option
+@click.pass_obj
+def attach(
+    settings: Settings,
+    cluster_config_file: str,
+    start: bool,
+    screen: bool,
+    tmux: bool,
+    new: bool,
+    port_forward: tuple[tuple[int, int], ...],
+    cluster_name: str | None,
+    no_config_cache: bool,
+) -> None:
+    """Open an interactive shell on the head node."""
+    if new and not (screen or tmux):
+        raise UsageError("--new needs --tmux or --screen")
+
+    def action(config: ClusterConfig) -> int:
+        return ops.attach(config, screen=screen, tmux=tmux, new=new, port_forward=port_forward)
+
+    sys.exit(_run_with_lifecycle(settings, cluster_config_file, cluster_name, start, False, action))
+
+
+def _rsync(up: bool) -> Callable[..., None]:
+    @config_argument
+    @click.argument("source")
+    @click.argument("target")
+    @name_option
+    @click.pass_obj
+    def command(
+        settings: Settings,
+        cluster_config_file: str,
+        source: str,
+        target: str,
+        cluster_name: str | None,
+    ) -> None:
+        ops.rsync(_config(cluster_config_file, cluster_name), source, target, up=up)
+
+    return command
+
+
+cli.command(name="rsync-up", help="Copy SOURCE on this machine to TARGET on the head node.")(
+    _rsync(True)
+)
+cli.command(name="rsync-down", help="Copy SOURCE on the head node to TARGET on this machine.")(
+    _rsync(False)
+)
+
+
+@cli.command(name="get-head-ip")
+@config_argument
+@name_option
+@click.pass_obj
+def get_head_ip(settings: Settings, cluster_config_file: str, cluster_name: str | None) -> None:
+    """Print the head node's IP."""
+    click.echo(ops.head_ip(_config(cluster_config_file, cluster_name)))
+
+
+@cli.command(name="get-worker-ips")
+@config_argument
+@name_option
+@click.pass_obj
+def get_worker_ips(settings: Settings, cluster_config_file: str, cluster_name: str | None) -> None:
+    """Print the workers' IPs, one per line."""
+    for ip in ops.worker_ips(_config(cluster_config_file, cluster_name)):
+        click.echo(ip)
+
+
+@cli.command()
+@config_argument
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@name_option
+@click.pass_obj
+def status(
+    settings: Settings, cluster_config_file: str, as_json: bool, cluster_name: str | None
+) -> None:
+    """Show the cluster's nodes: kind, type, IP, state and resources."""
+    result = ops.status(_config(cluster_config_file, cluster_name))
+    if as_json:
+        settings.output.json(result.to_json())
+        return
+    from launcher.cli.render_status import render_status
+
+    render_status(settings.output.console, result)
+
+
+@cli.command()
+@config_argument
+@click.option(
+    "--lines",
+    type=click.IntRange(min=0),
+    default=100,
+    show_default=True,
+    help="How many lines of the log to show first.",
+)
+@click.option("--no-follow", is_flag=True, help="Print the lines and exit instead of following.")
+@name_option
+@click.pass_obj
+def monitor(
+    settings: Settings,
+    cluster_config_file: str,
+    lines: int,
+    no_follow: bool,
+    cluster_name: str | None,
+) -> None:
+    """Show the autoscaler's log on the head node (following it until Ctrl-C)."""
+    sys.exit(ops.monitor(_config(cluster_config_file, cluster_name), lines, not no_follow, _echo))

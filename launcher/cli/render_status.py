@@ -1,0 +1,45 @@
+"""Text rendering of `launcher status`."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from launcher.cluster.ops import ClusterStatus
+
+
+def render_status(console: Console, status: ClusterStatus) -> None:
+    config = status.config
+    if not status.nodes:
+        console.print(f"Cluster {escape(config.cluster_name)} has no nodes.")
+        return
+    table = Table(show_edge=False, box=None, pad_edge=False)
+    for column in ("node", "kind", "type", "ip", "state", "status", "resources"):
+        table.add_column(column)
+    for node in status.nodes:
+        node_type = config.node_types.get(node.node_type)
+        resources = (
+            ", ".join(
+                f"{k} {v}"
+                for k, v in sorted(node_type.resources.items())
+                if k not in ("memory", "object_store_memory")
+            )
+            if node_type
+            else ""
+        )
+        table.add_row(
+            node.id,
+            node.kind.value,
+            escape(node.node_type),
+            node.ip or "-",
+            node.state.value,
+            node.status.value,
+            escape(resources),
+        )
+    console.print(
+        f"Cluster {escape(config.cluster_name)} ({config.provider.type}); Ray at "
+        f"{status.ray_address or '-'}; autoscaler "
+        f"{'running' if status.autoscaler_running else 'not running'}"
+    )
+    console.print(table)

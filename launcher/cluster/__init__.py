@@ -1,0 +1,1 @@
+"""Cluster lifecycle: up, down, and the operations on a running cluster."""

@@ -1,0 +1,94 @@
+"""The head node of a running cluster: reaching it, and running its autoscaler daemon."""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.autoscaler.spec import HEAD_DIR, LOG_FILE, PID_FILE, SPEC_FILE, AutoscalerSpec
+from launcher.config.model import ClusterConfig
+from launcher.errors import LauncherError, NoClusterError
+from launcher.paths import node_log
+from launcher.providers.base import Node, NodeProvider, NodeStatus
+from launcher.providers.factory import make_provider
+from launcher.runners.base import CommandRunner
+
+DIGEST_FILE = f"{HEAD_DIR}/autoscaler.digest"
+
+
+@dataclass
+class HeadSession:
+    """The head node and how to run things on it, with Ray's address in the environment."""
+
+    config: ClusterConfig
+    provider: NodeProvider
+    head: Node
+    runner: CommandRunner
+    env: dict[str, str]
+
+
+def connect(config: ClusterConfig, provider: NodeProvider | None = None) -> HeadSession:
+    provider = provider or make_provider(config)
+    head = provider.head()
+    if head is None or head.status is not NodeStatus.UP_TO_DATE:
+        state = "is not running" if head is None else f"head is {head.status.value}"
+        raise NoClusterError(
+            f"cluster {config.cluster_name} {state}; start it with "
+            f"`launcher up {config.source or 'CLUSTER.yaml'}`"
+        )
+    runner = provider.command_runner(head, node_log(config.cluster_name, head.id))
+    env = provider.node_env(head, head)
+    env["RAY_ADDRESS"] = provider.ray_address(head)
+    return HeadSession(config, provider, head, runner, env)
+
+
+def read_head_file(session: HeadSession, path: str) -> str | None:
+    result = session.runner.run(f"cat {path} 2>/dev/null", session.env)
+    return result.output_tail if result.ok else None
+
+
+def daemon_running(session: HeadSession) -> bool:
+    check = f"test -f {PID_FILE} && kill -0 $(cat {PID_FILE}) 2>/dev/null"
+    return session.runner.run(check, session.env).ok
+
+
+def ensure_daemon(session: HeadSession, spec: AutoscalerSpec) -> str:
+    """Start the autoscaler on the head, or restart it if its spec changed. Returns what
+    was done: "started", "restarted" or "running"."""
+    running = daemon_running(session)
+    if running and read_head_file(session, DIGEST_FILE) == spec.digest:
+        return "running"
+    if running:
+        stop_daemon(session)
+    with tempfile.TemporaryDirectory() as staging:
+        local = Path(staging) / "autoscaler.json"
+        local.write_text(spec.to_json())
+        session.runner.run(f"mkdir -p {HEAD_DIR}", session.env)
+        session.runner.put(str(local), SPEC_FILE)
+    python = shlex.quote(session.provider.head_python())
+    # `&` on the daemon alone, so the shell holds no pipe of ours open while it runs.
+    start = (
+        f"cd ~ || exit 1; nohup {python} -m launcher.autoscaler --spec {SPEC_FILE} "
+        f">> {LOG_FILE} 2>&1 < /dev/null & echo $! > {PID_FILE}; "
+        f"echo {spec.digest} > {DIGEST_FILE}"
+    )
+    result = session.runner.run(start, session.env)
+    if not result.ok:
+        raise LauncherError(f"could not start the autoscaler on the head: {result.output_tail}")
+    return "restarted" if running else "started"
+
+
+def stop_daemon(session: HeadSession) -> bool:
+    """Stop the autoscaler and wait for it to exit. Returns whether one was running."""
+    stop = (
+        f"test -f {PID_FILE} || exit 3; pid=$(cat {PID_FILE}); kill $pid 2>/dev/null || exit 3; "
+        "for i in $(seq 50); do kill -0 $pid 2>/dev/null || exit 0; sleep 0.1; done; "
+        "kill -9 $pid 2>/dev/null; exit 0"
+    )
+    return session.runner.run(stop, session.env).exit_code == 0
+
+
+def monitor_command(lines: int, follow: bool) -> str:
+    return f"tail -n {int(lines)} {'-F' if follow else ''} {LOG_FILE}"

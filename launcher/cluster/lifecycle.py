@@ -1,0 +1,225 @@
+"""`up` and `down`: bring a cluster to its config, or take it away entirely."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launcher.autoscaler.spec import AutoscalerSpec
+from launcher.cluster.head import HeadSession, connect, ensure_daemon, stop_daemon
+from launcher.cluster.lock import ClusterLock
+from launcher.config.loader import Overrides, parse_config, read_config_file
+from launcher.config.model import ClusterConfig
+from launcher.errors import LauncherError, NoClusterError, UsageError
+from launcher.events import EventSink, Message, NodeProgress
+from launcher.paths import cluster_dir
+from launcher.providers.base import TAG_STATUS, Node, NodeKind, NodeProvider, NodeStatus
+from launcher.providers.factory import make_provider
+from launcher.updater.updater import NodeUpdater, UpdateOptions
+
+Confirm = Callable[[str], bool]
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    restart_only: bool = False
+    no_restart: bool = False
+    wait_for_workers: bool = True
+    workers_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class UpResult:
+    config: ClusterConfig
+    head: Node
+    ray_address: str
+    created_head: bool
+    daemon: str
+    workers: tuple[Node, ...] = field(default_factory=tuple)
+
+
+def load_for_command(path: str, overrides: Overrides) -> tuple[ClusterConfig, str]:
+    text = read_config_file(path)
+    return parse_config(text, path, overrides), text
+
+
+def refuse_unsupported(config: ClusterConfig) -> None:
+    images = config.docker.enabled or any(
+        t.docker is not None and t.docker.worker_image for t in config.node_types.values()
+    )
+    if images:
+        raise UsageError(
+            f"{config.source}: running setup inside containers (docker.image) is not supported "
+            'yet; remove the docker section (or set image: "") to run on the hosts'
+        )
+
+
+def up(
+    path: str, overrides: Overrides, options: UpOptions, events: EventSink, confirm: Confirm
+) -> UpResult:
+    config, text = load_for_command(path, overrides)
+    refuse_unsupported(config)
+    provider = make_provider(config)
+    with ClusterLock(
+        config.cluster_name, "launcher up", on_wait=lambda m: events(Message(m, "warning"))
+    ):
+        provider.bootstrap()
+        head, created = _head(provider, config, events, confirm)
+        NodeUpdater(
+            provider,
+            config,
+            head,
+            None,
+            UpdateOptions(
+                cwd=Path.cwd(), restart_only=options.restart_only, no_restart=options.no_restart
+            ),
+            events,
+        ).run()
+        session = connect(config, provider)
+        daemon = ensure_daemon(session, AutoscalerSpec(text, path, overrides))
+        events(Message(f"autoscaler {daemon} on the head"))
+    workers: tuple[Node, ...] = ()
+    if options.wait_for_workers:
+        workers = wait_for_min_workers(provider, config, events, options.workers_timeout_s)
+    return UpResult(config, session.head, session.env["RAY_ADDRESS"], created, daemon, workers)
+
+
+def _head(
+    provider: NodeProvider, config: ClusterConfig, events: EventSink, confirm: Confirm
+) -> tuple[Node, bool]:
+    heads = sorted(
+        (n for n in provider.nodes() if n.kind is NodeKind.HEAD), key=lambda n: n.created_at
+    )
+    if len(heads) > 1:
+        extra = [n.id for n in heads[1:]]
+        events(
+            Message(
+                f"found {len(heads)} head nodes; keeping the oldest, removing " + ", ".join(extra),
+                "warning",
+            )
+        )
+        provider.terminate_nodes(extra)
+    if heads:
+        return heads[0], False
+    if not confirm(f"Create a new cluster {config.cluster_name} ({config.provider.type})?"):
+        raise LauncherError("cancelled; nothing was created")
+    events(Message(f"creating the head node ({config.head_node_type})"))
+    created = provider.create_nodes(
+        config.head_type, NodeKind.HEAD, 1, {TAG_STATUS: NodeStatus.UNINITIALIZED}
+    )
+    return created[0], True
+
+
+def wait_for_min_workers(
+    provider: NodeProvider, config: ClusterConfig, events: EventSink, timeout_s: float
+) -> tuple[Node, ...]:
+    """Follow the autoscaler bringing up min_workers, reporting each worker's progress."""
+    wanted = {name: t.min_workers for name, t in config.node_types.items() if t.min_workers}
+    if not wanted:
+        return ()
+    deadline = time.monotonic() + timeout_s
+    seen: dict[str, str] = {}
+    while True:
+        workers = provider.workers()
+        for node in workers:
+            if seen.get(node.id) != node.status.value:
+                seen[node.id] = node.status.value
+                events(
+                    NodeProgress(
+                        node.id,
+                        "worker",
+                        node.node_type,
+                        node.ip,
+                        node.status.value.replace("-", " "),
+                        failed=node.status is NodeStatus.FAILED,
+                        done=node.status is NodeStatus.UP_TO_DATE,
+                    )
+                )
+        ready = [n for n in workers if n.status is NodeStatus.UP_TO_DATE]
+        if all(sum(n.node_type == t for n in ready) >= c for t, c in wanted.items()):
+            return tuple(ready)
+        if time.monotonic() > deadline:
+            raise LauncherError(
+                f"workers not ready after {timeout_s:g} s ({len(ready)} of "
+                f"{sum(wanted.values())}); see `launcher monitor {config.source}`"
+            )
+        time.sleep(0.25)
+
+
+@dataclass(frozen=True)
+class DownResult:
+    terminated: tuple[str, ...]
+    removed: tuple[str, ...]
+    stopped_autoscaler: bool
+
+
+def down(
+    path: str,
+    overrides: Overrides,
+    *,
+    workers_only: bool,
+    keep_min_workers: bool,
+    events: EventSink,
+    confirm: Confirm,
+) -> DownResult:
+    config, _ = load_for_command(path, overrides)
+    provider = make_provider(config)
+    with ClusterLock(
+        config.cluster_name, "launcher down", on_wait=lambda m: events(Message(m, "warning"))
+    ):
+        nodes = provider.nodes()
+        targets = _down_targets(config, nodes, workers_only, keep_min_workers)
+        if nodes and not confirm(
+            f"Terminate {len(targets)} node(s) of cluster {config.cluster_name}?"
+        ):
+            raise LauncherError("cancelled; nothing was terminated")
+        stopped = False
+        if not workers_only:
+            stopped = _stop_autoscaler(config, provider)
+        for node in targets:
+            events(NodeProgress(node.id, node.kind.value, node.node_type, node.ip, "terminating"))
+        provider.terminate_nodes([n.id for n in targets])
+        left = {n.id for n in provider.nodes()} & {n.id for n in targets}
+        if left:
+            raise LauncherError(f"nodes still present after terminating: {', '.join(left)}")
+        removed: list[str] = []
+        if not workers_only:
+            removed = provider.cleanup()
+    if not workers_only:
+        _remove_cluster_dir(config.cluster_name)
+    return DownResult(tuple(n.id for n in targets), tuple(removed), stopped)
+
+
+def _down_targets(
+    config: ClusterConfig, nodes: list[Node], workers_only: bool, keep_min_workers: bool
+) -> list[Node]:
+    workers = sorted((n for n in nodes if n.kind is NodeKind.WORKER), key=lambda n: n.created_at)
+    targets = []
+    kept: dict[str, int] = {}
+    for node in workers:
+        node_type = config.node_types.get(node.node_type)
+        keep = node_type.min_workers if (keep_min_workers and node_type) else 0
+        healthy = node.status is NodeStatus.UP_TO_DATE
+        if healthy and kept.get(node.node_type, 0) < keep:
+            kept[node.node_type] = kept.get(node.node_type, 0) + 1
+            continue
+        targets.append(node)
+    if not workers_only:
+        targets += [n for n in nodes if n.kind is NodeKind.HEAD]
+    return targets
+
+
+def _stop_autoscaler(config: ClusterConfig, provider: NodeProvider) -> bool:
+    try:
+        session: HeadSession = connect(config, provider)
+    except NoClusterError:
+        return False
+    return stop_daemon(session)
+
+
+def _remove_cluster_dir(cluster_name: str) -> None:
+    import shutil
+
+    shutil.rmtree(cluster_dir(cluster_name), ignore_errors=True)

@@ -1,0 +1,155 @@
+"""Operations on a running cluster: exec, submit, attach, rsync, addresses, status."""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.cluster.head import HeadSession, connect, daemon_running, monitor_command
+from launcher.config.model import ClusterConfig
+from launcher.errors import NoClusterError
+from launcher.providers.base import Node, NodeKind
+from launcher.providers.factory import make_provider
+from launcher.runners.base import OutputSink
+from launcher.runners.forward import forwarding
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    screen: bool = False
+    tmux: bool = False
+    port_forward: tuple[tuple[int, int], ...] = ()
+
+
+def wrap_session(command: str, *, screen: bool, tmux: bool) -> tuple[str, str | None]:
+    """The command to run detached in tmux or screen, and the session's name."""
+    if not (screen or tmux):
+        return command, None
+    name = f"launcher-{int(time.time())}"
+    inner = shlex.quote(f"{command}; exec bash")
+    if tmux:
+        return f"tmux new-session -d -s {name} bash -c {inner}", name
+    return f"screen -dmS {name} bash -c {inner}", name
+
+
+@contextlib.contextmanager
+def _forwarded(session: HeadSession, ports: Sequence[tuple[int, int]]) -> Iterator[None]:
+    if not ports or session.head.ip is None:
+        yield
+        return
+    with forwarding(list(ports), session.head.ip):
+        yield
+
+
+def exec_on_head(
+    config: ClusterConfig, command: str, options: RunOptions, echo: OutputSink
+) -> tuple[int, str | None]:
+    """Run `command` on the head with RAY_ADDRESS set. Returns exit code and tmux/screen name."""
+    session = connect(config)
+    wrapped, name = wrap_session(command, screen=options.screen, tmux=options.tmux)
+    with _forwarded(session, options.port_forward):
+        result = session.runner.run(wrapped, session.env, echo=echo)
+    return result.exit_code, name
+
+
+def submit_script(
+    config: ClusterConfig, script: str, args: Sequence[str], options: RunOptions, echo: OutputSink
+) -> tuple[int, str | None]:
+    """Copy `script` to the head's home and run it there with Python."""
+    session = connect(config)
+    name = Path(script).name
+    session.runner.put(script, f"~/{name}")
+    command = " ".join(["python", f"~/{shlex.quote(name)}", *map(shlex.quote, args)])
+    wrapped, session_name = wrap_session(command, screen=options.screen, tmux=options.tmux)
+    with _forwarded(session, options.port_forward):
+        result = session.runner.run(wrapped, session.env, echo=echo)
+    return result.exit_code, session_name
+
+
+def attach(
+    config: ClusterConfig,
+    *,
+    screen: bool,
+    tmux: bool,
+    new: bool,
+    port_forward: Sequence[tuple[int, int]],
+) -> int:
+    session = connect(config)
+    if tmux:
+        command = "tmux new" if new else "tmux attach || tmux new"
+    elif screen:
+        command = "screen -L" if new else "screen -L -xRR"
+    else:
+        command = "exec bash -i"
+    with _forwarded(session, port_forward):
+        return session.runner.run(command, session.env, interactive=True).exit_code
+
+
+def rsync(config: ClusterConfig, source: str, target: str, *, up: bool) -> None:
+    session = connect(config)
+    if up:
+        session.runner.put(source, target, excludes=config.rsync_exclude)
+    else:
+        session.runner.get(source, target)
+
+
+def head_ip(config: ClusterConfig) -> str:
+    head = make_provider(config).head()
+    if head is None or head.ip is None:
+        raise NoClusterError(f"cluster {config.cluster_name} is not running")
+    return head.ip
+
+
+def worker_ips(config: ClusterConfig) -> list[str]:
+    return [n.ip for n in make_provider(config).workers() if n.ip]
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    config: ClusterConfig
+    nodes: tuple[Node, ...]
+    autoscaler_running: bool
+    ray_address: str | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "cluster_name": self.config.cluster_name,
+            "provider": self.config.provider.type,
+            "ray_address": self.ray_address,
+            "autoscaler_running": self.autoscaler_running,
+            "nodes": [
+                {
+                    "id": n.id,
+                    "kind": n.kind.value,
+                    "node_type": n.node_type,
+                    "ip": n.ip,
+                    "state": n.state.value,
+                    "status": n.status.value,
+                    "resources": dict(self.config.node_types[n.node_type].resources)
+                    if n.node_type in self.config.node_types
+                    else {},
+                }
+                for n in self.nodes
+            ],
+        }
+
+
+def status(config: ClusterConfig) -> ClusterStatus:
+    provider = make_provider(config)
+    nodes = tuple(
+        sorted(provider.nodes(), key=lambda n: (n.kind is not NodeKind.HEAD, n.created_at))
+    )
+    try:
+        session = connect(config, provider)
+    except NoClusterError:
+        return ClusterStatus(config, nodes, False, None)
+    return ClusterStatus(config, nodes, daemon_running(session), session.env["RAY_ADDRESS"])
+
+
+def monitor(config: ClusterConfig, lines: int, follow: bool, echo: OutputSink) -> int:
+    session = connect(config)
+    return session.runner.run(monitor_command(lines, follow), session.env, echo=echo).exit_code

@@ -1,0 +1,141 @@
+"""The interface every provider implements, and the node records it returns.
+
+Invariants every provider keeps:
+- Cluster membership and node state live with the provider (cloud tags, or files for
+  localhost), so a launcher that crashed or lost its laptop recovers by listing nodes.
+- `create_nodes`, `terminate_nodes` and `set_tags` are safe to repeat: terminating a node
+  that is gone is not an error, and a tag write replaces the keys it names.
+- Listing is eventually consistent with creation: a node just created may take a moment
+  to appear, and callers never assume otherwise within one call.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from launcher.config.model import ClusterConfig, NodeType
+from launcher.runners.base import CommandRunner
+
+# Tags every provider stores on its nodes.
+TAG_CLUSTER = "launcher-cluster"
+TAG_KIND = "launcher-node-kind"  # head | worker
+TAG_TYPE = "launcher-node-type"
+TAG_STATUS = "launcher-node-status"  # see NodeStatus
+TAG_SETUP_HASH = "launcher-setup-hash"
+TAG_START_HASH = "launcher-start-hash"
+TAG_LAUNCH_ID = "launcher-launch-id"
+
+
+class NodeKind(StrEnum):
+    HEAD = "head"
+    WORKER = "worker"
+
+
+class NodeStatus(StrEnum):
+    """Where the updater has brought a node (kept in TAG_STATUS)."""
+
+    UNINITIALIZED = "uninitialized"
+    WAITING = "waiting-for-node"
+    SYNCING = "syncing-files"
+    SETTING_UP = "setting-up"
+    STARTING_RAY = "starting-ray"
+    UP_TO_DATE = "up-to-date"
+    FAILED = "update-failed"
+
+
+class NodeState(StrEnum):
+    """What the provider sees of the machine (or processes) behind a node."""
+
+    PENDING = "pending"  # created, not yet usable
+    RUNNING = "running"  # usable; Ray may or may not be started on it
+    DEAD = "dead"  # was set up, but its Ray node is gone (killed, preempted)
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    kind: NodeKind
+    node_type: str
+    ip: str | None
+    state: NodeState
+    tags: Mapping[str, str] = field(default_factory=dict)
+    created_at: float = 0.0
+
+    @property
+    def status(self) -> NodeStatus:
+        try:
+            return NodeStatus(self.tags.get(TAG_STATUS, NodeStatus.UNINITIALIZED))
+        except ValueError:
+            return NodeStatus.UNINITIALIZED
+
+
+class NodeProvider(ABC):
+    """Nodes of one cluster on one provider."""
+
+    def __init__(self, config: ClusterConfig) -> None:
+        self.config = config
+        self.cluster_name = config.cluster_name
+
+    @abstractmethod
+    def bootstrap(self) -> None:
+        """Create (or reuse) what the cluster needs before its first node. Idempotent."""
+
+    @abstractmethod
+    def nodes(self) -> list[Node]:
+        """Every node of this cluster that is not terminated, with its current state."""
+
+    @abstractmethod
+    def create_nodes(
+        self, node_type: NodeType, kind: NodeKind, count: int, tags: Mapping[str, str]
+    ) -> list[Node]:
+        """Start `count` nodes of `node_type`, tagged with `tags` plus cluster, kind and type."""
+
+    @abstractmethod
+    def terminate_nodes(self, node_ids: Sequence[str]) -> None:
+        """Stop and remove the nodes. Nodes already gone are ignored."""
+
+    @abstractmethod
+    def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
+        """Merge `tags` into the node's tags."""
+
+    @abstractmethod
+    def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
+        """How to run commands and copy files on `node`; output is appended to `log_path`."""
+
+    def node_env(self, node: Node, head: Node | None) -> dict[str, str]:
+        """Environment the provider adds for commands on `node` (Ray's conventions included)."""
+        env = {
+            "LAUNCHER_CLUSTER": self.cluster_name,
+            "LAUNCHER_NODE_ID": node.id,
+            "RAY_NODE_TYPE_NAME": node.node_type,
+        }
+        if head is not None and head.ip:
+            env["RAY_HEAD_IP"] = head.ip
+        return env
+
+    def ray_address(self, head: Node) -> str:
+        """The address (`ip:port`) of the cluster's Ray GCS, as seen from the head."""
+        return f"{head.ip}:6379"
+
+    def head_python(self) -> str:
+        """The Python on the head that has the launcher installed (runs the autoscaler)."""
+        return "python3"
+
+    def before_ray_start(self, node: Node) -> None:
+        """Called before a node's start-ray commands run again (localhost stops its processes)."""
+        return None
+
+    def cleanup(self) -> list[str]:
+        """After every node is gone: remove leftovers. Returns what it removed, for the user."""
+        return []
+
+    def head(self) -> Node | None:
+        heads = [n for n in self.nodes() if n.kind is NodeKind.HEAD]
+        return min(heads, key=lambda n: n.created_at) if heads else None
+
+    def workers(self) -> list[Node]:
+        return [n for n in self.nodes() if n.kind is NodeKind.WORKER]

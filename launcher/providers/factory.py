@@ -1,0 +1,45 @@
+"""Build the NodeProvider for a config, importing provider code and SDKs only when used."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from launcher.config.model import ClusterConfig
+from launcher.errors import UsageError
+from launcher.providers.base import NodeProvider
+from launcher.providers.registry import SPECS
+
+# Where each provider's NodeProvider lives; imported only when a cluster is used.
+_IMPLEMENTATIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "localhost": "launcher.providers.localhost.provider:LocalhostProvider",
+        "fake_multinode": "launcher.providers.localhost.provider:LocalhostProvider",
+    }
+)
+
+
+def make_provider(config: ClusterConfig) -> NodeProvider:
+    """The NodeProvider for `config`, importing its SDK only now, with an install hint."""
+    kind = config.provider.type
+    target = _IMPLEMENTATIONS.get(kind)
+    if target is None:
+        raise UsageError(
+            f"the {kind} provider cannot run clusters yet; `launcher validate` and "
+            "`launcher plan` work for it, and `up` works with `provider: type: localhost`"
+        )
+    spec = SPECS[kind]
+    module_name, _, class_name = target.partition(":")
+    try:
+        if spec.sdk_module:
+            importlib.import_module(spec.sdk_module)
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        extra = spec.install_extra or "all"
+        raise UsageError(
+            f"the {kind} provider needs {exc.name or 'an SDK'}; install it with "
+            f"pip install 'launcher[{extra}]'"
+        ) from exc
+    provider: NodeProvider = getattr(module, class_name)(config)
+    return provider

@@ -1,0 +1,244 @@
+"""The localhost provider: each node is a set of real Ray processes on this machine, with
+its own loopback IP (127.0.0.2, 127.0.0.3, ...), home directory and declared resources.
+
+State is a directory per cluster (`$LAUNCHER_HOME/clusters/NAME/localhost/nodes/ID/`) holding
+`node.json` (kind, type, IP, ports, tags); processes carry LAUNCHER_CLUSTER and
+LAUNCHER_NODE_ID in their environment, so nothing is lost if the files are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from launcher.config.model import ClusterConfig, NodeType
+from launcher.paths import cluster_dir, launcher_home
+from launcher.providers.base import (
+    TAG_CLUSTER,
+    TAG_KIND,
+    TAG_STATUS,
+    TAG_TYPE,
+    Node,
+    NodeKind,
+    NodeProvider,
+    NodeState,
+    NodeStatus,
+)
+from launcher.providers.localhost.processes import stop_processes, tagged_processes
+from launcher.runners.base import CommandRunner
+from launcher.runners.local import LocalProcessRunner
+
+_FIRST_HOST = 2  # 127.0.0.1 is rewritten by Ray to the machine's own address: avoid it
+_LAST_HOST = 254
+DEFAULT_OBJECT_STORE_BYTES = 256 * 2**20
+
+
+class LocalhostProvider(NodeProvider):
+    def __init__(self, config: ClusterConfig) -> None:
+        super().__init__(config)
+        self.root = cluster_dir(self.cluster_name) / "localhost"
+        self.nodes_dir = self.root / "nodes"
+
+    # -- NodeProvider -------------------------------------------------------------------
+    def bootstrap(self) -> None:
+        self.nodes_dir.mkdir(parents=True, exist_ok=True)
+
+    def nodes(self) -> list[Node]:
+        if not self.nodes_dir.is_dir():
+            return []
+        raylets = {p.node_id for p in tagged_processes(self.cluster_name) if _is_raylet(p.command)}
+        found = []
+        for record in sorted(self.nodes_dir.glob("*/node.json")):
+            data = _read_json(record)
+            if data is None:
+                continue
+            found.append(self._node(data, data["id"] in raylets))
+        return found
+
+    def create_nodes(
+        self, node_type: NodeType, kind: NodeKind, count: int, tags: Mapping[str, str]
+    ) -> list[Node]:
+        self.bootstrap()
+        created = []
+        with _machine_lock():
+            for _ in range(count):
+                node_id = f"{kind.value[0]}-{uuid.uuid4().hex[:8]}"
+                home = self.nodes_dir / node_id / "home"
+                home.mkdir(parents=True)
+                ports: dict[str, int] = {"agent": _free_port()}
+                if kind is NodeKind.HEAD:
+                    ports.update(ray=_free_port(), client=_free_port(), dashboard=_free_port())
+                data: dict[str, Any] = {
+                    "id": node_id,
+                    "kind": kind.value,
+                    "node_type": node_type.name,
+                    "ip": _free_ip(),
+                    "created_at": time.time(),
+                    "ports": ports,
+                    "tags": {
+                        **tags,
+                        TAG_CLUSTER: self.cluster_name,
+                        TAG_KIND: kind.value,
+                        TAG_TYPE: node_type.name,
+                        TAG_STATUS: tags.get(TAG_STATUS, NodeStatus.UNINITIALIZED),
+                    },
+                }
+                _write_json(self.nodes_dir / node_id / "node.json", data)
+                created.append(self._node(data, False))
+        return created
+
+    def terminate_nodes(self, node_ids: Sequence[str]) -> None:
+        for node_id in node_ids:
+            stop_processes(p.pid for p in tagged_processes(self.cluster_name, node_id))
+            shutil.rmtree(self.nodes_dir / node_id, ignore_errors=True)
+
+    def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
+        path = self.nodes_dir / node_id / "node.json"
+        data = _read_json(path)
+        if data is None:
+            return
+        data["tags"].update(tags)
+        _write_json(path, data)
+
+    def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
+        return LocalProcessRunner(self.nodes_dir / node.id / "home", {}, log_path)
+
+    def node_env(self, node: Node, head: Node | None) -> dict[str, str]:
+        env = super().node_env(node, head)
+        data = _read_json(self.nodes_dir / node.id / "node.json") or {}
+        head_data = _read_json(self.nodes_dir / head.id / "node.json") if head else None
+        head_ports = (head_data or {}).get("ports", {})
+        node_type = self.config.node_types.get(node.node_type)
+        resources: dict[str, Any] = dict(node_type.resources) if node_type else {}
+        resources.setdefault("object_store_memory", DEFAULT_OBJECT_STORE_BYTES)
+        python_bin = str(Path(sys.executable).parent)
+        env.update(
+            LAUNCHER_NODE_IP=node.ip or "",
+            LAUNCHER_RAY_PORT=str(head_ports.get("ray", "")),
+            LAUNCHER_CLIENT_PORT=str(head_ports.get("client", "")),
+            LAUNCHER_DASHBOARD_PORT=str(head_ports.get("dashboard", "")),
+            LAUNCHER_AGENT_PORT=str(data.get("ports", {}).get("agent", "")),
+            LAUNCHER_TEMP_DIR=self.temp_dir(),
+            LAUNCHER_HOME=str(launcher_home()),
+            RAY_USAGE_STATS_ENABLED="0",
+            RAY_OVERRIDE_RESOURCES=json.dumps(resources, sort_keys=True),
+            PATH=python_bin + os.pathsep + os.environ.get("PATH", ""),
+        )
+        if node_type and node_type.labels:
+            env["RAY_OVERRIDE_LABELS"] = json.dumps(dict(node_type.labels), sort_keys=True)
+        return env
+
+    def before_ray_start(self, node: Node) -> None:
+        stop_processes(
+            p.pid for p in tagged_processes(self.cluster_name, node.id) if p.pid != os.getpid()
+        )
+
+    def cleanup(self) -> list[str]:
+        removed = []
+        leftovers = tagged_processes(self.cluster_name)
+        if leftovers:
+            stop_processes(p.pid for p in leftovers)
+            removed.append(f"{len(leftovers)} leftover process(es) of the cluster")
+        for path in (Path(self.temp_dir()), self.root):
+            if path.exists():
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(str(path))
+        return removed
+
+    # -- localhost specifics ------------------------------------------------------------
+    def temp_dir(self) -> str:
+        """Ray's temp dir for this cluster; short, since Ray puts Unix sockets under it."""
+        digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:10]
+        return f"/tmp/launcher-{os.getuid()}-{digest}"
+
+    def head_python(self) -> str:
+        return sys.executable
+
+    def ray_address(self, head: Node) -> str:
+        data = _read_json(self.nodes_dir / head.id / "node.json") or {}
+        return f"{head.ip}:{data.get('ports', {}).get('ray', '')}"
+
+    def _node(self, data: Mapping[str, Any], raylet_alive: bool) -> Node:
+        tags = dict(data.get("tags", {}))
+        status = tags.get(TAG_STATUS)
+        state = NodeState.RUNNING
+        if status == NodeStatus.UP_TO_DATE and not raylet_alive:
+            state = NodeState.DEAD
+        return Node(
+            id=data["id"],
+            kind=NodeKind(data["kind"]),
+            node_type=data["node_type"],
+            ip=data.get("ip"),
+            state=state,
+            tags=tags,
+            created_at=float(data.get("created_at", 0)),
+        )
+
+
+def _is_raylet(command: str) -> bool:
+    first = command.split(" ", 1)[0]
+    return first.endswith("/raylet") or first == "raylet"
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    """Atomic: readers see the old file or the new one, never half of one."""
+    temporary = path.with_suffix(f".tmp-{os.getpid()}")
+    temporary.write_text(json.dumps(data, indent=1, sort_keys=True))
+    temporary.replace(path)
+
+
+@contextlib.contextmanager
+def _machine_lock() -> Iterator[None]:
+    """Serialises IP allocation across every cluster and launcher on this machine."""
+    path = launcher_home() / "localhost-ips.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _used_ips() -> set[str]:
+    used = set()
+    for record in (launcher_home() / "clusters").glob("*/localhost/nodes/*/node.json"):
+        data = _read_json(record)
+        if data and data.get("ip"):
+            used.add(str(data["ip"]))
+    return used
+
+
+def _free_ip() -> str:
+    used = _used_ips()
+    for host in range(_FIRST_HOST, _LAST_HOST + 1):
+        ip = f"127.0.0.{host}"
+        if ip not in used:
+            return ip
+    raise RuntimeError("no free loopback address left in 127.0.0.2-254")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        port: int = probe.getsockname()[1]
+        return port

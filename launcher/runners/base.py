@@ -1,0 +1,55 @@
+"""The `CommandRunner` protocol the updater and commands use for every provider."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+OutputSink = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int
+    output_tail: str  # the last lines of output, for error messages
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class CommandRunner(Protocol):
+    """Runs shell commands and copies files on one node.
+
+    Environment values are passed as data, never spliced into command text by hand.
+    Output goes to the node's log; `echo` also receives it line by line when given.
+    """
+
+    def check_ready(self) -> str | None:
+        """None when the node accepts commands, else why not (for wait-until-ready loops)."""
+        ...
+
+    def run(
+        self,
+        command: str,
+        env: Mapping[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+        echo: OutputSink | None = None,
+        interactive: bool = False,
+    ) -> CommandResult:
+        """Run `command` with bash on the node. `interactive` connects it to this terminal."""
+        ...
+
+    def put(self, local: str, remote: str, *, excludes: tuple[str, ...] = ()) -> None:
+        """Copy a local file or directory to the node (rsync's trailing-slash rules)."""
+        ...
+
+    def get(self, remote: str, local: str) -> None:
+        """Copy a file or directory from the node to this machine."""
+        ...
+
+    def remote_path(self, path: str) -> str:
+        """`path` as the node sees it (`~` expanded to the node's home where that matters)."""
+        ...

@@ -1,0 +1,149 @@
+"""Commands on this machine, as a node of the localhost provider.
+
+Each node has its own home directory: commands run there with HOME pointing at it, so
+`~/...` paths in file mounts and commands are per node, as on separate machines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import threading
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+
+from launcher.runners.base import CommandResult, OutputSink
+
+_TAIL_LINES = 20
+
+
+class LocalProcessRunner:
+    def __init__(self, home: Path, base_env: Mapping[str, str], log_path: Path) -> None:
+        self.home = home
+        self.base_env = dict(base_env)
+        self.log_path = log_path
+
+    def check_ready(self) -> str | None:
+        return None if self.home.is_dir() else f"node directory {self.home} is missing"
+
+    def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
+        merged = dict(os.environ)
+        merged.update(self.base_env)
+        merged.update(env or {})
+        merged["HOME"] = str(self.home)
+        return merged
+
+    def run(
+        self,
+        command: str,
+        env: Mapping[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+        echo: OutputSink | None = None,
+        interactive: bool = False,
+    ) -> CommandResult:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("a", encoding="utf-8") as log:
+            log.write(f"$ {command}\n")
+        if interactive:
+            code = subprocess.call(["bash", "-c", command], env=self._env(env), cwd=self.home)
+            return CommandResult(code, "")
+        process = subprocess.Popen(
+            ["bash", "-c", command],
+            env=self._env(env),
+            cwd=self.home,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a timeout or Ctrl-C stops the whole command tree
+        )
+        tail: deque[str] = deque(maxlen=_TAIL_LINES)
+        timer = _Killer(process, timeout)
+        try:
+            self._pump(process, tail, echo)
+            code = process.wait()
+        except BaseException:
+            _kill_group(process)
+            raise
+        finally:
+            timer.cancel()
+        if timer.fired:
+            tail.append(f"(stopped after {timeout:g} s)")
+            code = 124
+        return CommandResult(code, "\n".join(tail))
+
+    def _pump(
+        self, process: subprocess.Popen[bytes], tail: deque[str], echo: OutputSink | None
+    ) -> None:
+        assert process.stdout is not None
+        with self.log_path.open("a", encoding="utf-8") as log:
+            for raw in process.stdout:
+                line = raw.decode("utf-8", errors="replace").rstrip("\n")
+                log.write(line + "\n")
+                log.flush()
+                tail.append(line)
+                if echo is not None:
+                    echo(line)
+
+    def remote_path(self, path: str) -> str:
+        if path == "~" or path.startswith("~/"):
+            return str(self.home) + path[1:]
+        return path
+
+    def put(self, local: str, remote: str, *, excludes: tuple[str, ...] = ()) -> None:
+        copy_tree_like_rsync(local, self.remote_path(remote), excludes)
+
+    def get(self, remote: str, local: str) -> None:
+        copy_tree_like_rsync(self.remote_path(remote), local, ())
+
+
+def copy_tree_like_rsync(source: str, target: str, excludes: tuple[str, ...]) -> None:
+    """`rsync -a source target`, with rsync where it exists: a source ending in `/` copies
+    a directory's contents, else the directory itself into `target`."""
+    Path(target.rstrip("/") or "/").parent.mkdir(parents=True, exist_ok=True)
+    if shutil.which("rsync"):
+        args = ["rsync", "-a", *(f"--exclude={pattern}" for pattern in excludes), source, target]
+        result = subprocess.run(args, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise OSError(f"rsync {source} {target} failed: {result.stderr.strip()}")
+        return
+    src = Path(source)
+    if src.is_dir():
+        dest = Path(target)
+        if not source.endswith("/") and dest.is_dir():
+            dest = dest / src.name
+        ignore = shutil.ignore_patterns(*excludes) if excludes else None
+        shutil.copytree(src, dest, dirs_exist_ok=True, symlinks=True, ignore=ignore)
+    else:
+        dest = Path(target)
+        if target.endswith("/") or dest.is_dir():
+            dest.mkdir(parents=True, exist_ok=True)
+            dest = dest / src.name
+        shutil.copy2(src, dest)
+
+
+class _Killer:
+    def __init__(self, process: subprocess.Popen[bytes], timeout: float | None) -> None:
+        self.fired = False
+        self._process = process
+        self._timer = threading.Timer(timeout, self._fire) if timeout else None
+        if self._timer:
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        _kill_group(self._process)
+
+    def cancel(self) -> None:
+        if self._timer:
+            self._timer.cancel()
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)

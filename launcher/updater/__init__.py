@@ -1,0 +1,1 @@
+"""Bring a node to the state its config describes: files, setup commands, Ray."""

@@ -1,0 +1,201 @@
+"""The node updater: wait for a node, sync files, run setup, start Ray; skip what is done.
+
+The decision of what to run is a pure function of the node's tags and the desired hashes;
+the updater then acts through the provider and a `CommandRunner`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.config.model import ClusterConfig
+from launcher.errors import NodeUpdateError
+from launcher.events import EventSink, NodeProgress
+from launcher.paths import node_log
+from launcher.providers.base import (
+    TAG_SETUP_HASH,
+    TAG_START_HASH,
+    TAG_STATUS,
+    Node,
+    NodeKind,
+    NodeProvider,
+    NodeState,
+    NodeStatus,
+)
+from launcher.runners.base import CommandRunner
+from launcher.updater.hashing import NodeHashes, node_hashes
+
+
+@dataclass(frozen=True)
+class UpdateSteps:
+    sync_files: bool
+    setup: bool
+    start_ray: bool
+
+    @property
+    def nothing(self) -> bool:
+        return not (self.sync_files or self.setup or self.start_ray)
+
+
+def decide_steps(
+    tags: Mapping[str, str],
+    hashes: NodeHashes,
+    *,
+    ray_running: bool,
+    restart_only: bool = False,
+    no_restart: bool = False,
+) -> UpdateSteps:
+    """What a node needs, from what was last applied to it (its tags)."""
+    up_to_date = tags.get(TAG_STATUS) == NodeStatus.UP_TO_DATE
+    setup_changed = not up_to_date or tags.get(TAG_SETUP_HASH) != hashes.setup
+    start_changed = tags.get(TAG_START_HASH) != hashes.start
+    if restart_only:
+        return UpdateSteps(sync_files=True, setup=False, start_ray=True)
+    setup = setup_changed
+    start = not ray_running or ((setup or start_changed) and not no_restart)
+    return UpdateSteps(sync_files=setup, setup=setup, start_ray=start)
+
+
+@dataclass(frozen=True)
+class UpdateOptions:
+    cwd: Path
+    restart_only: bool = False
+    no_restart: bool = False
+    ready_timeout_s: float = 300.0
+    command_timeout_s: float | None = None
+
+
+class NodeUpdater:
+    def __init__(
+        self,
+        provider: NodeProvider,
+        config: ClusterConfig,
+        node: Node,
+        head: Node | None,
+        options: UpdateOptions,
+        events: EventSink,
+    ) -> None:
+        self.provider = provider
+        self.config = config
+        self.node = node
+        self.head = head if node.kind is NodeKind.WORKER else node
+        self.options = options
+        self.events = events
+        self.log_path = node_log(config.cluster_name, node.id)
+        self.runner: CommandRunner = provider.command_runner(node, self.log_path)
+        self.is_head = node.kind is NodeKind.HEAD
+        self.hashes = node_hashes(config, node.node_type, head=self.is_head, cwd=options.cwd)
+        self._current = "updating"
+
+    def run(self) -> UpdateSteps:
+        """Bring the node up to date. Raises NodeUpdateError (and tags the node failed)."""
+        steps = decide_steps(
+            self.node.tags,
+            self.hashes,
+            ray_running=self.node.state is NodeState.RUNNING
+            and self.node.status is NodeStatus.UP_TO_DATE,
+            restart_only=self.options.restart_only,
+            no_restart=self.options.no_restart,
+        )
+        if steps.nothing:
+            self._emit("up to date (nothing to do)", done=True)
+            return steps
+        try:
+            self._stage(NodeStatus.WAITING, "waiting for the node")
+            self._wait_ready()
+            env = self.provider.node_env(self.node, self.head)
+            commands = self.config.commands_for(self.node.node_type, head=self.is_head)
+            if steps.sync_files:
+                self._stage(NodeStatus.SYNCING, "syncing files")
+                self._sync_files()
+            if steps.setup:
+                self._stage(NodeStatus.SETTING_UP, "running setup commands")
+                self._run_all((*commands.initialization, *commands.setup), env)
+            if steps.start_ray:
+                self._stage(NodeStatus.STARTING_RAY, "starting Ray")
+                self.provider.before_ray_start(self.node)
+                self._run_all(commands.start_ray, env)
+        except NodeUpdateError as exc:
+            self.provider.set_tags(self.node.id, {TAG_STATUS: NodeStatus.FAILED})
+            self._emit(f"failed while {exc.stage}", detail=str(exc), failed=True)
+            raise
+        self.provider.set_tags(
+            self.node.id,
+            {
+                TAG_STATUS: NodeStatus.UP_TO_DATE,
+                TAG_SETUP_HASH: self.hashes.setup,
+                TAG_START_HASH: self.hashes.start,
+            },
+        )
+        self._emit("up to date", done=True)
+        return steps
+
+    def _stage(self, status: NodeStatus, text: str) -> None:
+        self.provider.set_tags(self.node.id, {TAG_STATUS: status})
+        self._current = text
+        self._emit(text)
+
+    def _emit(self, stage: str, detail: str = "", failed: bool = False, done: bool = False) -> None:
+        self.events(
+            NodeProgress(
+                self.node.id,
+                self.node.kind.value,
+                self.node.node_type,
+                self.node.ip,
+                stage,
+                detail,
+                failed,
+                done,
+            )
+        )
+
+    def _fail(self, detail: str) -> NodeUpdateError:
+        return NodeUpdateError(self.node.id, self._current, detail, str(self.log_path))
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.options.ready_timeout_s
+        delay = 0.2
+        while (problem := self.runner.check_ready()) is not None:
+            if time.monotonic() > deadline:
+                raise self._fail(
+                    f"not reachable after {self.options.ready_timeout_s:g} s "
+                    f"(last error: {problem})"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def _run_all(self, commands: Sequence[str], env: Mapping[str, str]) -> None:
+        for command in commands:
+            result = self.runner.run(command, env, timeout=self.options.command_timeout_s)
+            if not result.ok:
+                last = result.output_tail.splitlines()[-1:] or [""]
+                raise self._fail(f"`{command}` exited with {result.exit_code}: {last[0]}")
+
+    def _sync_files(self) -> None:
+        excludes = self.config.rsync_exclude
+        try:
+            for remote, local in sorted(self.config.file_mounts.items()):
+                source = self.options.cwd / Path(local).expanduser()
+                if source.is_dir():
+                    self.runner.put(str(source) + "/", remote.rstrip("/") + "/", excludes=excludes)
+                else:
+                    self.runner.put(str(source), remote)
+            if not self.is_head and self.config.cluster_synced_files and self.head:
+                self._sync_from_head()
+        except OSError as exc:
+            raise self._fail(str(exc)) from exc
+
+    def _sync_from_head(self) -> None:
+        assert self.head is not None
+        head_runner = self.provider.command_runner(
+            self.head, node_log(self.config.cluster_name, self.head.id)
+        )
+        with tempfile.TemporaryDirectory() as staging:
+            for index, path in enumerate(self.config.cluster_synced_files):
+                local = str(Path(staging) / str(index))
+                head_runner.get(path.rstrip("/") + "/", local + "/")
+                self.runner.put(local + "/", path.rstrip("/") + "/")

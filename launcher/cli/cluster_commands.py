@@ -237,10 +237,11 @@ def _run_with_lifecycle(
     stop: bool,
     action: Callable[[ClusterConfig], int],
 ) -> int:
-    """Start the cluster first if asked; always take it down after if asked, even on Ctrl-C."""
-    if start:
-        _up(settings, path, Overrides(cluster_name=cluster_name), True, lifecycle.UpOptions())
+    """Start the cluster first if asked; always take it down after if asked, even on Ctrl-C
+    or a failure while starting."""
     try:
+        if start:
+            _up(settings, path, Overrides(cluster_name=cluster_name), True, lifecycle.UpOptions())
         return action(_config(path, cluster_name))
     finally:
         if stop:

@@ -1,7 +1,12 @@
-"""Find and stop this machine's processes by the launcher tags in their environment.
+"""Find and stop this machine's processes of a localhost cluster, even without state files.
 
-Every process of a localhost node (Ray's own daemons and the workers they start) inherits
-LAUNCHER_CLUSTER and LAUNCHER_NODE_ID, so they can be found even when state files are lost.
+Three marks tie a process to a cluster, because Ray rewrites the process title of its
+Python processes (setproctitle), which also wipes what /proc shows of their environment:
+- LAUNCHER_CLUSTER / LAUNCHER_NODE_ID in the environment, which Ray's native daemons
+  (raylet, gcs_server) and plain Python processes keep;
+- the session: every process started by one of a node's commands shares its session id,
+  even Ray's workers, which take a process group of their own;
+- for the cluster as a whole, a command line or open file under the cluster's Ray temp dir.
 """
 
 from __future__ import annotations
@@ -11,80 +16,120 @@ import os
 import signal
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _PROC = Path("/proc")
 
 
 @dataclass(frozen=True)
-class TaggedProcess:
+class ProcessInfo:
     pid: int
-    cluster: str
-    node_id: str | None
+    session: int
     command: str
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def tagged(self, cluster: str, node_id: str | None = None) -> bool:
+        if self.tags.get("LAUNCHER_CLUSTER") != cluster:
+            return False
+        return node_id is None or self.tags.get("LAUNCHER_NODE_ID") == node_id
 
 
-def _environ(pid: int) -> dict[str, str]:
+def _read(path: Path) -> bytes:
     try:
-        raw = (_PROC / str(pid) / "environ").read_bytes()
+        return path.read_bytes()
     except OSError:
-        return {}
-    env = {}
-    for item in raw.split(b"\0"):
+        return b""
+
+
+def _info(pid: int) -> ProcessInfo | None:
+    stat = _read(_PROC / str(pid) / "stat").decode(errors="replace")
+    if not stat:
+        return None
+    try:
+        fields = stat.rsplit(")", 1)[1].split()
+        state, session = fields[0], int(fields[3])
+    except (IndexError, ValueError):
+        return None
+    if state == "Z":
+        return None
+    tags = {}
+    for item in _read(_PROC / str(pid) / "environ").split(b"\0"):
         key, sep, value = item.partition(b"=")
         if sep and key.startswith(b"LAUNCHER_"):
-            env[key.decode(errors="replace")] = value.decode(errors="replace")
-    return env
+            tags[key.decode(errors="replace")] = value.decode(errors="replace")
+    command = _read(_PROC / str(pid) / "cmdline").replace(b"\0", b" ").decode(errors="replace")
+    return ProcessInfo(pid, session, command.strip(), tags)
 
 
-def _command(pid: int) -> str:
-    try:
-        raw = (_PROC / str(pid) / "cmdline").read_bytes()
-    except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+def snapshot() -> list[ProcessInfo]:
+    found = []
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit():
+            info = _info(int(entry.name))
+            if info is not None:
+                found.append(info)
+    return found
 
 
-def _protected() -> set[int]:
-    """This process and its ancestors: never stop the launcher that is doing the stopping."""
+def _protected() -> tuple[set[int], int]:
+    """This process, its ancestors and its session: never stop the launcher itself."""
     protected = set()
     pid = os.getpid()
     while pid > 1 and pid not in protected:
         protected.add(pid)
+        stat = _read(_PROC / str(pid) / "stat").decode(errors="replace")
         try:
-            stat = (_PROC / str(pid) / "stat").read_text()
             pid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+        except (IndexError, ValueError):
             break
-    return protected
+    return protected, os.getsid(0)
 
 
-def tagged_processes(cluster: str, node_id: str | None = None) -> list[TaggedProcess]:
-    found = []
-    protected = _protected()
-    for entry in _PROC.iterdir():
-        if not entry.name.isdigit() or int(entry.name) in protected:
-            continue
-        env = _environ(int(entry.name))
-        if env.get("LAUNCHER_CLUSTER") != cluster:
-            continue
-        if node_id is not None and env.get("LAUNCHER_NODE_ID") != node_id:
-            continue
-        found.append(
-            TaggedProcess(
-                int(entry.name), cluster, env.get("LAUNCHER_NODE_ID"), _command(int(entry.name))
-            )
-        )
-    return found
+def _uses_path(pid: int, prefix: str) -> bool:
+    """Whether a process runs from, or has a file open under, `prefix`."""
+    base = _PROC / str(pid)
+    with contextlib.suppress(OSError):
+        if os.readlink(base / "cwd").startswith(prefix):
+            return True
+    try:
+        fds = list((base / "fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(fd).startswith(prefix):
+                return True
+    return False
+
+
+def node_processes(cluster: str, node_id: str) -> list[ProcessInfo]:
+    """The processes of one node: those tagged with it, and everything in their sessions."""
+    protected, own_session = _protected()
+    processes = [p for p in snapshot() if p.pid not in protected]
+    sessions = {p.session for p in processes if p.tagged(cluster, node_id)} - {own_session}
+    return [p for p in processes if p.tagged(cluster, node_id) or p.session in sessions]
+
+
+def cluster_processes(cluster: str, temp_dir: str) -> list[ProcessInfo]:
+    """Every process of a cluster, found by its tags, sessions or use of its Ray temp dir."""
+    protected, own_session = _protected()
+    processes = [p for p in snapshot() if p.pid not in protected]
+    sessions = {p.session for p in processes if p.tagged(cluster)} - {own_session}
+    prefix = temp_dir.rstrip("/") + "/"
+    return [
+        p
+        for p in processes
+        if p.tagged(cluster)
+        or p.session in sessions
+        or prefix in p.command + " "
+        or temp_dir in p.command
+        or _uses_path(p.pid, prefix)
+    ]
 
 
 def is_alive(pid: int) -> bool:
-    try:
-        stat = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is as good as gone
+    return _info(pid) is not None
 
 
 def stop_processes(pids: Iterable[int], grace_s: float = 3.0) -> list[int]:

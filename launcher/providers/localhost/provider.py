@@ -35,7 +35,12 @@ from launcher.providers.base import (
     NodeState,
     NodeStatus,
 )
-from launcher.providers.localhost.processes import stop_processes, tagged_processes
+from launcher.providers.localhost.processes import (
+    cluster_processes,
+    node_processes,
+    snapshot,
+    stop_processes,
+)
 from launcher.runners.base import CommandRunner
 from launcher.runners.local import LocalProcessRunner
 
@@ -57,7 +62,11 @@ class LocalhostProvider(NodeProvider):
     def nodes(self) -> list[Node]:
         if not self.nodes_dir.is_dir():
             return []
-        raylets = {p.node_id for p in tagged_processes(self.cluster_name) if _is_raylet(p.command)}
+        raylets = {
+            p.tags.get("LAUNCHER_NODE_ID")
+            for p in snapshot()
+            if p.tagged(self.cluster_name) and _is_raylet(p.command)
+        }
         found = []
         for record in sorted(self.nodes_dir.glob("*/node.json")):
             data = _read_json(record)
@@ -100,7 +109,7 @@ class LocalhostProvider(NodeProvider):
 
     def terminate_nodes(self, node_ids: Sequence[str]) -> None:
         for node_id in node_ids:
-            stop_processes(p.pid for p in tagged_processes(self.cluster_name, node_id))
+            stop_processes(p.pid for p in node_processes(self.cluster_name, node_id))
             shutil.rmtree(self.nodes_dir / node_id, ignore_errors=True)
 
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
@@ -140,13 +149,11 @@ class LocalhostProvider(NodeProvider):
         return env
 
     def before_ray_start(self, node: Node) -> None:
-        stop_processes(
-            p.pid for p in tagged_processes(self.cluster_name, node.id) if p.pid != os.getpid()
-        )
+        stop_processes(p.pid for p in node_processes(self.cluster_name, node.id))
 
     def cleanup(self) -> list[str]:
         removed = []
-        leftovers = tagged_processes(self.cluster_name)
+        leftovers = cluster_processes(self.cluster_name, self.temp_dir())
         if leftovers:
             stop_processes(p.pid for p in leftovers)
             removed.append(f"{len(leftovers)} leftover process(es) of the cluster")
@@ -219,8 +226,24 @@ def _machine_lock() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _listening_ips() -> set[str]:
+    """Loopback addresses something on this machine listens on (any cluster, any tool)."""
+    found: set[str] = set()
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return found
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "0A":  # LISTEN
+            address = fields[1].split(":")[0]
+            octets = [int(address[i : i + 2], 16) for i in (6, 4, 2, 0)]  # little-endian hex
+            found.add(".".join(map(str, octets)))
+    return found
+
+
 def _used_ips() -> set[str]:
-    used = set()
+    used = _listening_ips()
     for record in (launcher_home() / "clusters").glob("*/localhost/nodes/*/node.json"):
         data = _read_json(record)
         if data and data.get("ip"):

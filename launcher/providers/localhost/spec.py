@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.config.defaults import provider_defaults
 from launcher.config.frozen import freeze
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
+from launcher.config.problems import Problem, Severity
 from launcher.pricing import PriceTable
 from launcher.providers.spec import NodeOffer, PlannedResource, ProviderSpec, extra_keys
 
@@ -19,6 +22,16 @@ class LocalhostProviderConfig(ProviderConfig):
     pass
 
 
+_START_KEYS = ("head_start_ray_commands", "worker_start_ray_commands")
+_COMMAND_KEYS = (
+    "initialization_commands",
+    "setup_commands",
+    "head_setup_commands",
+    "worker_setup_commands",
+    *_START_KEYS,
+)
+
+
 class LocalhostSpec(ProviderSpec):
     type = "localhost"
     title = "localhost"
@@ -26,6 +39,41 @@ class LocalhostSpec(ProviderSpec):
     defaults_name = "localhost"
     install_extra = "ray"
     sdk_module = "ray"
+
+    def complete(self, merged: dict[str, Any]) -> list[Problem]:
+        """Ray's fake_multinode configs leave the start commands empty (Ray starts its fake
+        nodes itself); here real nodes need them, so the provider's own are used."""
+        defaults = provider_defaults(self.defaults_name)
+        problems = []
+        for key in _START_KEYS:
+            if merged.get(key) == []:
+                merged[key] = defaults[key]
+                problems.append(
+                    Problem(
+                        (key,),
+                        "empty; the localhost provider's own start commands are used",
+                        "remove the key to silence this",
+                        severity=Severity.WARNING,
+                    )
+                )
+        return problems
+
+    def check(self, merged: Mapping[str, Any]) -> list[Problem]:
+        problems = []
+        for key in _COMMAND_KEYS:
+            commands = merged.get(key)
+            for index, command in enumerate(commands if isinstance(commands, list) else ()):
+                if isinstance(command, str) and re.search(r"\bray\s+stop\b", command):
+                    problems.append(
+                        Problem(
+                            (key, index),
+                            "`ray stop` stops every Ray node on this machine, "
+                            "including this cluster's other nodes",
+                            "remove it: the launcher stops a node's own Ray before restarting it",
+                            severity=Severity.WARNING,
+                        )
+                    )
+        return problems
 
     def build_provider(self, section: Mapping[str, Any]) -> ProviderConfig:
         return LocalhostProviderConfig(

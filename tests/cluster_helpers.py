@@ -1,0 +1,95 @@
+"""Helpers for tests that run real clusters on the localhost provider."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from launcher.providers.localhost.processes import cluster_processes, stop_processes
+
+LAUNCHER = str(Path(sys.executable).parent / "launcher")
+
+
+def cluster_config(name: str, *, min_workers: int = 1, extra: str = "") -> str:
+    return (
+        f"cluster_name: {name}\n"
+        "max_workers: 3\n"
+        "idle_timeout_minutes: 1\n"
+        "provider: {type: localhost}\n"
+        "available_node_types:\n"
+        "  head: {node_config: {}, resources: {CPU: 2}, max_workers: 0}\n"
+        f"  worker: {{node_config: {{}}, resources: {{CPU: 2}}, min_workers: {min_workers}, "
+        "max_workers: 3}\n"
+        "head_node_type: head\n" + extra
+    )
+
+
+def run(
+    *args: str, timeout: float = 180, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [LAUNCHER, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=cwd,
+        check=False,
+    )
+
+
+def start(*args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [LAUNCHER, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd
+    )
+
+
+def status(config: Path) -> dict[str, Any]:
+    result = run("status", "--json", str(config), timeout=60)
+    assert result.returncode == 0, result.stderr
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def temp_dir_of(name: str) -> str:
+    from launcher.config.loader import parse_config
+    from launcher.providers.localhost.provider import LocalhostProvider
+
+    config = parse_config(cluster_config(name), "inline")
+    return LocalhostProvider(config).temp_dir()
+
+
+def leftover_processes(name: str) -> list[str]:
+    return [p.command or str(p.pid) for p in cluster_processes(name, temp_dir_of(name))]
+
+
+def kill_cluster(name: str) -> None:
+    """Last-resort cleanup after a test, whatever state it left."""
+    stop_processes(p.pid for p in cluster_processes(name, temp_dir_of(name)))
+
+
+def interrupt(process: subprocess.Popen[str]) -> int:
+    process.send_signal(signal.SIGINT)
+    return process.wait(timeout=120)
+
+
+def env_with(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra)
+    return env

@@ -1,0 +1,242 @@
+"""Real Ray clusters on this machine: the lifecycle and its reliability guarantees."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from launcher.paths import cluster_dir
+from launcher.providers.localhost.processes import snapshot
+from tests.cluster_helpers import (
+    cluster_config,
+    interrupt,
+    kill_cluster,
+    leftover_processes,
+    run,
+    start,
+    status,
+    temp_dir_of,
+    wait_for,
+)
+
+
+@pytest.fixture
+def launcher_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "launcher-home"
+    monkeypatch.setenv("LAUNCHER_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def cluster(
+    tmp_path: Path, launcher_home: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[str, Path]]:
+    name = "t" + request.node.name.replace("_", "-")[5:30].strip("-")
+    path = tmp_path / "cluster.yaml"
+    path.write_text(cluster_config(name, extra="setup_commands: [echo ran >> ~/setup-count]\n"))
+    yield name, path
+    run("down", "-y", str(path), timeout=120)
+    kill_cluster(name)
+
+
+def _setup_count(name: str, node_id: str) -> int:
+    count = cluster_dir(name) / "localhost" / "nodes" / node_id / "home" / "setup-count"
+    return len(count.read_text().splitlines()) if count.exists() else 0
+
+
+def _assert_gone(name: str) -> None:
+    wait_for(lambda: not leftover_processes(name), 20, f"processes of {name} to exit")
+    assert not cluster_dir(name).exists()
+    assert not Path(temp_dir_of(name)).exists()
+
+
+def test_up_twice_makes_one_head_and_reruns_no_setup(cluster: tuple[str, Path]) -> None:
+    name, path = cluster
+    first = run("up", "-y", str(path))
+    assert first.returncode == 0, first.stderr
+    assert "is up" in first.stdout
+    second = run("up", "-y", str(path))
+    assert second.returncode == 0, second.stderr
+    assert "nothing to do" in second.stderr
+    nodes = status(path)["nodes"]
+    heads = [n for n in nodes if n["kind"] == "head"]
+    workers = [n for n in nodes if n["kind"] == "worker"]
+    assert len(heads) == 1 and len(workers) == 1
+    assert all(n["status"] == "up-to-date" and n["state"] == "running" for n in nodes)
+    assert _setup_count(name, heads[0]["id"]) == 1
+    assert _setup_count(name, workers[0]["id"]) == 1
+    # Ray sees both nodes with the declared resources.
+    probe = run(
+        "exec",
+        str(path),
+        "python -c 'import ray; ray.init(); print(int(ray.cluster_resources()[\"CPU\"]))'",
+    )
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    assert probe.stdout.strip().splitlines()[-1] == "4"
+
+
+def test_interrupted_up_converges_and_down_leaves_nothing(cluster: tuple[str, Path]) -> None:
+    name, path = cluster
+    process = start("up", "-y", str(path))
+    nodes_dir = cluster_dir(name) / "localhost" / "nodes"
+    wait_for(lambda: nodes_dir.is_dir() and any(nodes_dir.iterdir()), 60, "the head to be created")
+    time.sleep(1.0)  # in the middle of setting up the head
+    assert interrupt(process) != 0
+    again = run("up", "-y", str(path))
+    assert again.returncode == 0, again.stderr
+    nodes = status(path)["nodes"]
+    assert [n["kind"] for n in nodes].count("head") == 1
+    assert all(n["status"] == "up-to-date" for n in nodes)
+    down = run("down", "-y", str(path))
+    assert down.returncode == 0, down.stderr
+    _assert_gone(name)
+
+
+def test_two_ups_at_once_never_make_two_heads(cluster: tuple[str, Path]) -> None:
+    name, path = cluster
+    first, second = start("up", "-y", str(path)), start("up", "-y", str(path))
+    outputs = [p.communicate(timeout=240)[0] for p in (first, second)]
+    assert first.returncode == 0 and second.returncode == 0, outputs
+    assert any("busy" in out for out in outputs)  # one waited for the other, and said so
+    assert [n["kind"] for n in status(path)["nodes"]].count("head") == 1
+
+
+def test_killed_worker_is_replaced(cluster: tuple[str, Path]) -> None:
+    name, path = cluster
+    assert run("up", "-y", str(path)).returncode == 0
+    worker = next(n for n in status(path)["nodes"] if n["kind"] == "worker")
+    raylet = next(p for p in snapshot() if p.tagged(name, worker["id"]) and "raylet" in p.command)
+    import os
+    import signal
+
+    os.kill(raylet.pid, signal.SIGKILL)
+
+    def replaced() -> bool:
+        workers = [n for n in status(path)["nodes"] if n["kind"] == "worker"]
+        return (
+            len(workers) == 1
+            and workers[0]["id"] != worker["id"]
+            and workers[0]["status"] == "up-to-date"
+        )
+
+    wait_for(replaced, 90, "the autoscaler to replace the killed worker")
+    log = run("monitor", "--no-follow", str(path)).stdout
+    assert f"terminating {worker['id']}" in log
+
+
+def test_down_finds_processes_whose_state_was_lost(cluster: tuple[str, Path]) -> None:
+    name, path = cluster
+    assert run("up", "-y", str(path)).returncode == 0
+    assert leftover_processes(name)
+    shutil.rmtree(cluster_dir(name))  # the state directory is lost
+    down = run("down", "-y", str(path))
+    assert down.returncode == 0, down.stderr
+    assert "leftover process" in down.stdout
+    _assert_gone(name)
+
+
+def test_submit_start_stop_returns_the_script_exit_code(
+    cluster: tuple[str, Path], tmp_path: Path
+) -> None:
+    name, path = cluster
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import sys, ray\nray.init()\n"
+        "print('cpus', int(ray.cluster_resources()['CPU']), 'args', sys.argv[1:])\n"
+        "sys.exit(3)\n"
+    )
+    result = run("submit", "--start", "--stop", str(path), str(script), "a", "--b")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "cpus 4 args ['a', '--b']" in result.stdout
+    _assert_gone(name)
+
+
+def test_submit_interrupted_still_tears_down(cluster: tuple[str, Path], tmp_path: Path) -> None:
+    name, path = cluster
+    script = tmp_path / "long.py"
+    script.write_text("import time\nprint('script-started', flush=True)\ntime.sleep(300)\n")
+    process = start("submit", "--start", "--stop", str(path), str(script))
+    assert process.stdout is not None
+    for line in process.stdout:
+        if "script-started" in line:
+            break
+    code = interrupt(process)
+    assert code == 130
+    _assert_gone(name)
+
+
+def test_head_commands(cluster: tuple[str, Path], tmp_path: Path) -> None:
+    name, path = cluster
+    assert run("up", "-y", str(path)).returncode == 0
+    head_ip = run("get-head-ip", str(path)).stdout.strip()
+    assert head_ip.startswith("127.0.0.") and head_ip != "127.0.0.1"
+    workers = run("get-worker-ips", str(path)).stdout.split()
+    assert len(workers) == 1 and workers[0] != head_ip
+    result = run("exec", str(path), "echo $RAY_ADDRESS; exit 7")
+    assert result.returncode == 7
+    assert result.stdout.strip().startswith(head_ip + ":")
+    local = tmp_path / "data"
+    local.mkdir()
+    (local / "a.txt").write_text("hello")
+    assert run("rsync-up", str(path), str(local) + "/", "~/data/").returncode == 0
+    assert run("exec", str(path), "cat ~/data/a.txt").stdout.strip() == "hello"
+    back = tmp_path / "back"
+    assert run("rsync-down", str(path), "~/data/", str(back) + "/").returncode == 0
+    assert (back / "a.txt").read_text() == "hello"
+    monitor = run("monitor", "--no-follow", "--lines", "50", str(path))
+    assert "autoscaler for cluster" in monitor.stdout
+    table = run("status", str(path))
+    assert "autoscaler running" in table.stdout and "up-to-date" in table.stdout
+
+
+def test_changed_file_mount_reruns_setup(tmp_path: Path, launcher_home: Path) -> None:
+    name = "tmounts"
+    mount = tmp_path / "mount"
+    mount.mkdir()
+    (mount / "f.txt").write_text("one")
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        cluster_config(
+            name,
+            min_workers=0,
+            extra=(
+                f"file_mounts: {{~/mounted: {mount}}}\n"
+                "setup_commands: [cat ~/mounted/f.txt >> ~/setup-count]\n"
+            ),
+        )
+    )
+    try:
+        assert run("up", "-y", str(path)).returncode == 0
+        head = status(path)["nodes"][0]["id"]
+        assert _setup_count(name, head) == 1
+        (mount / "f.txt").write_text("two")
+        assert run("up", "-y", str(path)).returncode == 0
+        counted = cluster_dir(name) / "localhost" / "nodes" / head / "home" / "setup-count"
+        assert counted.read_text() == "onetwo"
+        assert run("up", "-y", "--restart-only", str(path)).returncode == 0
+        assert counted.read_text() == "onetwo"  # --restart-only runs no setup
+    finally:
+        run("down", "-y", str(path))
+        kill_cluster(name)
+
+
+def test_up_refuses_containers_and_creates_nothing(tmp_path: Path, launcher_home: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(cluster_config("tdocker", extra="docker: {image: rayproject/ray:2.60.0}\n"))
+    result = run("up", "-y", str(path))
+    assert result.returncode == 2
+    assert "containers" in result.stderr and "Traceback" not in result.stderr
+    assert not cluster_dir("tdocker").exists()
+
+
+def test_commands_on_a_cluster_that_is_not_up(tmp_path: Path, launcher_home: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(cluster_config("tnone"))
+    result = run("exec", str(path), "true")
+    assert result.returncode == 1
+    assert "is not running; start it with `launcher up" in result.stderr
+    assert run("down", "-y", str(path)).stdout.strip() == "Nothing to take down."

@@ -11,6 +11,7 @@ Invariants every provider keeps:
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -124,6 +125,11 @@ class NodeProvider(ABC):
     def head_python(self) -> str:
         """The Python on the head that has the launcher installed (runs the autoscaler)."""
         return "python3"
+
+    def ray_start_guard(self, node: Node) -> contextlib.AbstractContextManager[None]:
+        """Held while a node's start-ray commands run (localhost: one `ray start` at a time
+        per machine, since concurrent ones race for Ray's socket names)."""
+        return contextlib.nullcontext()
 
     def before_ray_start(self, node: Node) -> None:
         """Called before a node's start-ray commands run again (localhost stops its processes)."""

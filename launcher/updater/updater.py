@@ -117,8 +117,9 @@ class NodeUpdater:
                 self._run_all((*commands.initialization, *commands.setup), env)
             if steps.start_ray:
                 self._stage(NodeStatus.STARTING_RAY, "starting Ray")
-                self.provider.before_ray_start(self.node)
-                self._run_all(commands.start_ray, env)
+                with self.provider.ray_start_guard(self.node):
+                    self.provider.before_ray_start(self.node)
+                    self._run_all(commands.start_ray, env)
         except NodeUpdateError as exc:
             self.provider.set_tags(self.node.id, {TAG_STATUS: NodeStatus.FAILED})
             self._emit(f"failed while {exc.stage}", detail=str(exc), failed=True)

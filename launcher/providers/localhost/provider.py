@@ -148,6 +148,9 @@ class LocalhostProvider(NodeProvider):
             env["RAY_OVERRIDE_LABELS"] = json.dumps(dict(node_type.labels), sort_keys=True)
         return env
 
+    def ray_start_guard(self, node: Node) -> contextlib.AbstractContextManager[None]:
+        return _machine_lock("localhost-ray-start.lock")
+
     def before_ray_start(self, node: Node) -> None:
         stop_processes(p.pid for p in node_processes(self.cluster_name, node.id))
 
@@ -214,9 +217,9 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
 
 
 @contextlib.contextmanager
-def _machine_lock() -> Iterator[None]:
-    """Serialises IP allocation across every cluster and launcher on this machine."""
-    path = launcher_home() / "localhost-ips.lock"
+def _machine_lock(name: str = "localhost-ips.lock") -> Iterator[None]:
+    """Serialises IP allocation (or `ray start`) across every cluster and launcher here."""
+    path = launcher_home() / name
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -255,3 +256,33 @@ def test_several_workers_start_at_once(tmp_path: Path, launcher_home: Path) -> N
     finally:
         run("down", "-y", str(path))
         kill_cluster("tthree")
+
+
+def test_config_change_restarts_the_autoscaler_and_port_forward_works(
+    cluster: tuple[str, Path], tmp_path: Path
+) -> None:
+    _name, path = cluster
+    assert run("up", "-y", str(path)).returncode == 0
+    path.write_text(path.read_text().replace("idle_timeout_minutes: 1", "idle_timeout_minutes: 2"))
+    again = run("up", "-y", str(path))
+    assert again.returncode == 0
+    assert "autoscaler restarted" in again.stderr
+    log = run("monitor", "--no-follow", str(path)).stdout
+    assert log.count("autoscaler for cluster") == 2
+    # -p: a port on this machine's 127.0.0.1 reaches the head while the command runs.
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = (
+        "python -c \"import socket,os; s=socket.create_server((os.environ['LAUNCHER_NODE_IP'], "
+        f"{port})); print('listening', flush=True); c,_=s.accept(); c.sendall(b'hello from head')\""
+    )
+    process = start("exec", "-p", str(port), str(path), server)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if "listening" in line:
+            break
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+        assert client.recv(100) == b"hello from head"
+    assert process.wait(timeout=30) == 0

@@ -1,0 +1,105 @@
+"""Pure decisions: what the updater runs on a node, and what the daemon launches."""
+
+from __future__ import annotations
+
+from launcher.autoscaler.minimum import decide
+from launcher.config import parse_config
+from launcher.providers.base import (
+    TAG_SETUP_HASH,
+    TAG_START_HASH,
+    TAG_STATUS,
+    Node,
+    NodeKind,
+    NodeState,
+    NodeStatus,
+)
+from launcher.updater.hashing import NodeHashes
+from launcher.updater.updater import UpdateSteps, decide_steps
+
+HASHES = NodeHashes(setup="s1", start="r1")
+APPLIED = {TAG_STATUS: NodeStatus.UP_TO_DATE, TAG_SETUP_HASH: "s1", TAG_START_HASH: "r1"}
+
+
+def test_new_node_gets_everything() -> None:
+    assert decide_steps({}, HASHES, ray_running=False) == UpdateSteps(True, True, True)
+
+
+def test_unchanged_running_node_gets_nothing() -> None:
+    assert decide_steps(APPLIED, HASHES, ray_running=True).nothing
+
+
+def test_dead_ray_is_restarted_without_setup() -> None:
+    assert decide_steps(APPLIED, HASHES, ray_running=False) == UpdateSteps(False, False, True)
+
+
+def test_changed_setup_reruns_setup_and_restarts() -> None:
+    steps = decide_steps({**APPLIED, TAG_SETUP_HASH: "old"}, HASHES, ray_running=True)
+    assert steps == UpdateSteps(True, True, True)
+
+
+def test_no_restart_keeps_ray_running() -> None:
+    steps = decide_steps(
+        {**APPLIED, TAG_SETUP_HASH: "old"}, HASHES, ray_running=True, no_restart=True
+    )
+    assert steps == UpdateSteps(True, True, False)
+    # ...but a node without Ray still gets it started.
+    assert decide_steps({}, HASHES, ray_running=False, no_restart=True).start_ray
+
+
+def test_restart_only_skips_setup() -> None:
+    steps = decide_steps(
+        {**APPLIED, TAG_SETUP_HASH: "old"}, HASHES, ray_running=True, restart_only=True
+    )
+    assert steps == UpdateSteps(sync_files=True, setup=False, start_ray=True)
+
+
+def test_failed_setup_is_retried() -> None:
+    steps = decide_steps({**APPLIED, TAG_STATUS: NodeStatus.FAILED}, HASHES, ray_running=False)
+    assert steps.setup and steps.start_ray
+
+
+CONFIG = parse_config(
+    "cluster_name: d\nmax_workers: 5\nprovider: {type: localhost}\n"
+    "available_node_types:\n"
+    "  head: {node_config: {}, resources: {CPU: 1}, max_workers: 0}\n"
+    "  a: {node_config: {}, resources: {CPU: 1}, min_workers: 2}\n"
+    "  b: {node_config: {}, resources: {CPU: 1}, min_workers: 3}\n"
+    "head_node_type: head\n",
+    "inline",
+)
+
+
+def _worker(
+    node_id: str,
+    node_type: str,
+    state: NodeState = NodeState.RUNNING,
+    status: NodeStatus = NodeStatus.UP_TO_DATE,
+) -> Node:
+    return Node(node_id, NodeKind.WORKER, node_type, "127.0.0.9", state, {TAG_STATUS: status})
+
+
+def test_min_workers_are_launched_per_type() -> None:
+    decisions = decide(CONFIG, [], set())
+    assert decisions.launch == {
+        "a": (2, "below min_workers (0 < 2)"),
+        "b": (3, "below min_workers (0 < 3)"),
+    }
+
+
+def test_dead_and_failed_workers_are_replaced() -> None:
+    nodes = [
+        _worker("w1", "a", NodeState.DEAD),
+        _worker("w2", "a", status=NodeStatus.FAILED),
+        _worker("w3", "b"),
+        _worker("w4", "b"),
+        _worker("w5", "b"),
+    ]
+    decisions = decide(CONFIG, nodes, set())
+    assert {node_id for node_id, _ in decisions.terminate} == {"w1", "w2"}
+    assert decisions.launch == {"a": (2, "below min_workers (0 < 2)")}
+
+
+def test_nodes_being_set_up_are_left_alone_and_backoff_blocks_launches() -> None:
+    nodes = [_worker("w2", "a", status=NodeStatus.FAILED)]
+    decisions = decide(CONFIG, nodes, {"w2"}, blocked_types={"a", "b"})
+    assert decisions.empty

@@ -1,13 +1,16 @@
 """The autoscaler daemon on the head node: observe the provider, decide, act, repeat.
 
-In this version it keeps each node type at min_workers and replaces workers that die or
-fail setup (with a backoff per type after repeated failures). Every action is logged with
-its reason to stdout, which `up` sends to the head's monitor log.
+Each tick replaces workers that died or failed setup (with a backoff per type after repeated
+failures), reads Ray's pending demand, and acts on the planner's decisions: launch workers
+for min_workers and demand, terminate idle ones. Every decision is logged with its reason
+to stdout (the head's monitor log) and the latest ones are kept in a state file for
+`launcher status`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import threading
@@ -16,13 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from launcher.autoscaler.demand import Demand, DemandReader
 from launcher.autoscaler.minimum import decide
-from launcher.autoscaler.spec import AutoscalerSpec
+from launcher.autoscaler.observe import planner_settings, snapshot
+from launcher.autoscaler.planner import Plan, plan
+from launcher.autoscaler.spec import STATE_FILE, AutoscalerSpec
 from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError
 from launcher.events import Event, NodeProgress
-from launcher.providers.base import TAG_STATUS, NodeKind, NodeProvider, NodeStatus
+from launcher.pricing import load_prices
+from launcher.providers.base import TAG_STATUS, Node, NodeKind, NodeProvider, NodeStatus
 from launcher.providers.factory import make_provider
+from launcher.providers.registry import SPECS
 from launcher.updater.updater import NodeUpdater, UpdateOptions
 
 MAX_PARALLEL_SETUPS = 8
@@ -69,6 +77,11 @@ class Daemon:
         self.updating: dict[str, threading.Thread] = {}
         self.lock = threading.Lock()
         self.backoff = _Backoff()
+        self.settings = planner_settings(config, SPECS[config.provider.type], load_prices())
+        self.reader: DemandReader | None = None
+        self.seen_before: set[str] = set()
+        self.seen_now: set[str] = set()
+        self.recent: list[dict[str, object]] = []
 
     def run(self) -> None:
         log(f"autoscaler for cluster {self.config.cluster_name} started")
@@ -86,24 +99,74 @@ class Daemon:
             self.updating = {k: v for k, v in self.updating.items() if k in busy}
         nodes = self.provider.nodes()
         head = next((n for n in nodes if n.kind is NodeKind.HEAD), None)
-        decisions = decide(self.config, nodes, busy, self.backoff.blocked(time.monotonic()))
-        if decisions.terminate:
-            for node_id, reason in decisions.terminate:
-                log(f"terminating {node_id}: {reason}")
-            self.provider.terminate_nodes([node_id for node_id, _ in decisions.terminate])
-        for type_name, (count, reason) in decisions.launch.items():
-            log(f"launching {count} x {type_name}: {reason}")
-            self.provider.create_nodes(
-                self.config.node_types[type_name],
-                NodeKind.WORKER,
-                count,
-                {TAG_STATUS: NodeStatus.UNINITIALIZED},
-            )
+        now = time.monotonic()
+        blocked = self.backoff.blocked(now)
+        broken = decide(self.config, nodes, busy, blocked).terminate
+        for node_id, reason in broken:
+            self._decided(f"terminate {node_id}: {reason}", "terminate")
+        demand = self._demand(head)
+        result = plan(snapshot(self.config, nodes, demand, {i for i, _ in broken}), self.settings)
+        for decision in result.decisions:
+            if decision.node_type not in blocked or decision.action != "launch":
+                self._decided(str(decision), decision.action)
+        terminate = [node_id for node_id, _ in broken] + [i for i, _ in result.terminate]
+        if terminate:
+            self.provider.terminate_nodes(terminate)
+        for type_name, count in result.launch.items():
+            if count > 0 and type_name not in blocked:
+                self.provider.create_nodes(
+                    self.config.node_types[type_name],
+                    NodeKind.WORKER,
+                    count,
+                    {TAG_STATUS: NodeStatus.UNINITIALIZED},
+                )
+        self._write_state(demand, result)
         if head is None:
             return
         for node in self.provider.workers():
             if node.status is NodeStatus.UNINITIALIZED and node.id not in busy:
                 self._start_update(node.id, head.id)
+
+    def _demand(self, head: Node | None) -> Demand:
+        if head is None or head.status is not NodeStatus.UP_TO_DATE:
+            return Demand()
+        try:
+            if self.reader is None:
+                self.reader = DemandReader(self.provider.ray_address(head))
+            return self.reader.read()
+        except Exception as exc:  # Ray restarting or unreachable: no demand this tick
+            self.reader = None
+            self._decided(f"cannot read Ray's demand yet: {exc}", "warning")
+            return Demand()
+
+    def _decided(self, text: str, action: str) -> None:
+        """Log a decision when it differs from the last tick's, so the log stays readable."""
+        self.seen_now.add(text)
+        if text in self.seen_before:
+            return
+        log(text)
+        if action in ("launch", "terminate", "infeasible"):
+            self.recent.append({"time": time.time(), "action": action, "text": text})
+            self.recent = self.recent[-50:]
+
+    def _write_state(self, demand: Demand, result: Plan) -> None:
+        self.seen_before, self.seen_now = self.seen_now, set()
+        state = {
+            "time": time.time(),
+            "pending": [{"resources": dict(r), "count": c} for r, c in demand.pending],
+            "placement_groups": [
+                {"strategy": g.strategy, "bundles": [dict(b) for b in g.bundles]}
+                for g in demand.gangs
+            ],
+            "requested": [dict(c) for c in demand.constraints],
+            "infeasible": [dict(r) for r in result.infeasible],
+            "decisions": self.recent[-10:],
+        }
+        path = Path(STATE_FILE).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(state))
+        temporary.replace(path)
 
     def _start_update(self, node_id: str, head_id: str) -> None:
         with self.lock:

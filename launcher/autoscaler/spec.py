@@ -19,6 +19,7 @@ HEAD_DIR = "~/.launcher/head"
 SPEC_FILE = f"{HEAD_DIR}/autoscaler.json"
 LOG_FILE = f"{HEAD_DIR}/monitor.log"
 PID_FILE = f"{HEAD_DIR}/monitor.pid"
+STATE_FILE = f"{HEAD_DIR}/autoscaler-state.json"
 
 
 @dataclass(frozen=True)

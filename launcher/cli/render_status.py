@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from launcher.cluster.ops import ClusterStatus
+from launcher.cluster.ops import AutoscalerState, ClusterStatus
 
 
 def render_status(console: Console, status: ClusterStatus) -> None:
@@ -43,3 +45,30 @@ def render_status(console: Console, status: ClusterStatus) -> None:
         f"{'running' if status.autoscaler_running else 'not running'}"
     )
     console.print(table)
+    render_autoscaler(console, status.autoscaler)
+
+
+def _bundle(resources: dict[str, float]) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(resources.items())) + "}"
+
+
+def render_autoscaler(console: Console, state: AutoscalerState | None) -> None:
+    if state is None:
+        return
+    parts = [
+        ", ".join(f"{count} x {_bundle(r)}" for r, count in state.pending) or "nothing pending"
+    ]
+    if state.placement_groups:
+        parts.append(f"{state.placement_groups} placement group(s) pending")
+    if state.requested:
+        parts.append(f"request_resources: {state.requested} bundle(s)")
+    console.print("Demand: " + "; ".join(parts))
+    if state.infeasible:
+        console.print(
+            "Infeasible (fits no node type): " + ", ".join(_bundle(r) for r in state.infeasible)
+        )
+    if state.decisions:
+        console.print("Recent decisions:")
+        for when, text in state.decisions:
+            stamp = time.strftime("%H:%M:%S", time.localtime(when))
+            console.print(f"  {stamp} {escape(text)}")

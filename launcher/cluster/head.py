@@ -41,6 +41,9 @@ def connect(config: ClusterConfig, provider: NodeProvider | None = None) -> Head
     runner = provider.command_runner(head, node_log(config.cluster_name, head.id))
     env = provider.node_env(head, head)
     env["RAY_ADDRESS"] = provider.ray_address(head)
+    # Ray's own autoscaler runs read-only beside ours and would tell drivers that no node
+    # type fits their demand; that is our job, so its scheduler events are turned off.
+    env["RAY_SCHEDULER_EVENTS"] = "0"
     return HeadSession(config, provider, head, runner, env)
 
 

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import shlex
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from launcher.cluster.head import HeadSession, connect, daemon_running, monitor_command
+from launcher.autoscaler.spec import STATE_FILE
+from launcher.cluster.head import (
+    HeadSession,
+    connect,
+    daemon_running,
+    monitor_command,
+    read_head_file,
+)
 from launcher.config.model import ClusterConfig
 from launcher.errors import NoClusterError
 from launcher.providers.base import Node, NodeKind
@@ -109,11 +118,41 @@ def worker_ips(config: ClusterConfig) -> list[str]:
 
 
 @dataclass(frozen=True)
+class AutoscalerState:
+    """What the head's autoscaler last saw and decided."""
+
+    pending: tuple[tuple[dict[str, float], int], ...]
+    placement_groups: int
+    requested: int
+    infeasible: tuple[dict[str, float], ...]
+    decisions: tuple[tuple[float, str], ...]
+    raw: dict[str, Any]
+
+    @staticmethod
+    def parse(text: str | None) -> AutoscalerState | None:
+        try:
+            raw = json.loads(text) if text else None
+            if not isinstance(raw, dict):
+                return None
+            return AutoscalerState(
+                pending=tuple((dict(p["resources"]), int(p["count"])) for p in raw["pending"]),
+                placement_groups=len(raw["placement_groups"]),
+                requested=len(raw["requested"]),
+                infeasible=tuple(dict(r) for r in raw["infeasible"]),
+                decisions=tuple((float(d["time"]), str(d["text"])) for d in raw["decisions"]),
+                raw=raw,
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+@dataclass(frozen=True)
 class ClusterStatus:
     config: ClusterConfig
     nodes: tuple[Node, ...]
     autoscaler_running: bool
     ray_address: str | None
+    autoscaler: AutoscalerState | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -121,6 +160,7 @@ class ClusterStatus:
             "provider": self.config.provider.type,
             "ray_address": self.ray_address,
             "autoscaler_running": self.autoscaler_running,
+            "autoscaler": None if self.autoscaler is None else self.autoscaler.raw,
             "nodes": [
                 {
                     "id": n.id,
@@ -147,7 +187,10 @@ def status(config: ClusterConfig) -> ClusterStatus:
         session = connect(config, provider)
     except NoClusterError:
         return ClusterStatus(config, nodes, False, None)
-    return ClusterStatus(config, nodes, daemon_running(session), session.env["RAY_ADDRESS"])
+    autoscaler = AutoscalerState.parse(read_head_file(session, STATE_FILE))
+    return ClusterStatus(
+        config, nodes, daemon_running(session), session.env["RAY_ADDRESS"], autoscaler
+    )
 
 
 def monitor(config: ClusterConfig, lines: int, follow: bool, echo: OutputSink) -> int:

@@ -1,0 +1,116 @@
+"""What Ray is waiting for, read from the head's GCS. The only module that imports Ray.
+
+Uses Ray 2.60's autoscaler state API (`get_cluster_resource_state`): pending task and actor
+bundles, pending placement groups with their strategy, `request_resources` constraints,
+and every node's resources and idle time. `request_resources` made while Ray's own v2
+autoscaler is off land in the internal KV instead; both are read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.autoscaler.planner import Gang, Resources
+
+_V1_REQUEST_KEY = b"autoscaler_resource_request"
+_STRATEGIES = ("STRICT_SPREAD", "STRICT_PACK", "SPREAD", "PACK")
+
+
+@dataclass(frozen=True)
+class RayNode:
+    node_id: str
+    ip: str
+    total: Resources
+    available: Resources
+    idle_s: float
+    alive: bool
+
+
+@dataclass(frozen=True)
+class Demand:
+    pending: tuple[tuple[Resources, int], ...] = ()
+    gangs: tuple[Gang, ...] = ()
+    constraints: tuple[Resources, ...] = ()
+    nodes: tuple[RayNode, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.pending or self.gangs or self.constraints)
+
+
+def _resources(raw: Mapping[str, float]) -> dict[str, float]:
+    """Ray's bundles carry implicit resources (`node:IP`, placement group ones); keep the
+    ones node types declare."""
+    return {
+        k: float(v)
+        for k, v in raw.items()
+        if not k.startswith("node:") and "_group_" not in k and k != "bundle"
+    }
+
+
+def _strategy(details: str) -> str:
+    # Ray writes "<pg id>:<STRATEGY>|<state>".
+    for name in _STRATEGIES:
+        if f":{name}|" in details or details.endswith(f":{name}"):
+            return name
+    return "PACK"
+
+
+class DemandReader:
+    def __init__(self, gcs_address: str) -> None:
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+        self.client: Any = GcsClient(address=gcs_address)
+
+    def read(self) -> Demand:
+        from ray.autoscaler.v2.sdk import get_cluster_resource_state
+        from ray.core.generated.autoscaler_pb2 import NodeStatus  # type: ignore[attr-defined]
+
+        state = get_cluster_resource_state(self.client)
+        pending = tuple(
+            (_resources(r.request.resources_bundle), int(r.count))
+            for r in state.pending_resource_requests
+        )
+        gangs = tuple(
+            Gang(
+                tuple(_resources(b.resources_bundle) for b in g.requests),
+                _strategy(g.details),
+                g.details.split(":", 1)[0][:12],
+            )
+            for g in state.pending_gang_resource_requests
+        )
+        constraints: list[Resources] = [
+            _resources(r.request.resources_bundle)
+            for c in state.cluster_resource_constraints
+            for r in c.resource_requests
+            for _ in range(max(1, int(r.count)))
+        ]
+        constraints += self._v1_requests()
+        nodes = tuple(
+            RayNode(
+                n.node_id.hex(),
+                n.node_ip_address,
+                dict(n.total_resources),
+                dict(n.available_resources),
+                n.idle_duration_ms / 1000.0,
+                n.status != NodeStatus.DEAD,
+            )
+            for n in state.node_states
+        )
+        return Demand(pending, gangs, tuple(constraints), nodes)
+
+    def _v1_requests(self) -> list[Resources]:
+        try:
+            raw = self.client.internal_kv_get(_V1_REQUEST_KEY, None)
+        except Exception:  # an old or busy GCS: no constraints this tick
+            return []
+        if not raw:
+            return []
+        try:
+            bundles = json.loads(raw)
+        except ValueError:
+            return []
+        return [_resources(b) for b in bundles if isinstance(b, dict)]

@@ -1,0 +1,71 @@
+"""Turn what the provider and Ray report into the planner's snapshot and settings (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from launcher.autoscaler.demand import Demand, RayNode
+from launcher.autoscaler.planner import NodeView, Settings, Snapshot, TypeInfo
+from launcher.config.model import ClusterConfig
+from launcher.pricing import PriceTable
+from launcher.providers.base import Node, NodeKind, NodeStatus
+from launcher.providers.spec import ProviderSpec
+
+
+def planner_settings(config: ClusterConfig, spec: ProviderSpec, prices: PriceTable) -> Settings:
+    types = {}
+    for name, node_type in config.node_types.items():
+        offer = spec.node_offer(config, node_type, prices)
+        price = None
+        if offer.price is not None:
+            price = (
+                offer.price.spot
+                if offer.spot and offer.price.spot is not None
+                else offer.price.on_demand
+            )
+        types[name] = TypeInfo(
+            name=name,
+            resources={k: float(v) for k, v in node_type.resources.items()},
+            min_workers=node_type.min_workers,
+            max_workers=node_type.max_workers,
+            price=price,
+            idle_timeout_s=node_type.idle_timeout_s,
+            priority=node_type.priority or 0,
+        )
+    return Settings(
+        types=types,
+        max_workers=config.max_workers,
+        upscaling_speed=config.upscaling_speed,
+        idle_timeout_s=config.idle_timeout_minutes * 60,
+    )
+
+
+def snapshot(
+    config: ClusterConfig, nodes: Sequence[Node], demand: Demand, leaving: Collection[str]
+) -> Snapshot:
+    """Provider nodes matched to Ray's nodes by IP. Nodes in `leaving` are left out."""
+    ray_by_ip: dict[str, RayNode] = {n.ip: n for n in demand.nodes if n.alive}
+    views = []
+    for node in nodes:
+        if node.id in leaving:
+            continue
+        ray = ray_by_ip.get(node.ip or "")
+        declared = config.node_types.get(node.node_type)
+        total = {k: float(v) for k, v in declared.resources.items()} if declared else {}
+        serving = ray is not None and node.status is NodeStatus.UP_TO_DATE
+        if ray is not None:
+            total = {k: v for k, v in ray.total.items() if k in total} or total
+        views.append(
+            NodeView(
+                id=node.id,
+                node_type=node.node_type,
+                is_head=node.kind is NodeKind.HEAD,
+                launching=not serving,
+                total=total,
+                available={k: v for k, v in ray.available.items() if k in total}
+                if serving and ray
+                else total,
+                idle_s=ray.idle_s if serving and ray else None,
+            )
+        )
+    return Snapshot(tuple(views), demand.pending, demand.gangs, demand.constraints)

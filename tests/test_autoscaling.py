@@ -1,0 +1,118 @@
+"""The autoscaler on real Ray: scaling on pending demand, placement groups, request_resources,
+and idle workers leaving."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster_helpers import kill_cluster, run, status, wait_for
+
+CONFIG = """\
+cluster_name: {name}
+max_workers: 3
+idle_timeout_minutes: 0.2
+provider: {{type: localhost}}
+available_node_types:
+  head: {{node_config: {{}}, resources: {{CPU: 1}}, max_workers: 0}}
+  worker: {{node_config: {{}}, resources: {{CPU: 2}}, min_workers: 0, max_workers: 3}}
+head_node_type: head
+"""
+
+
+@pytest.fixture
+def cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[Path]:
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "home"))
+    name = "a" + request.node.name.replace("_", "-")[5:28].strip("-")
+    path = tmp_path / "cluster.yaml"
+    path.write_text(CONFIG.format(name=name))
+    assert run("up", "-y", str(path)).returncode == 0
+    yield path
+    run("down", "-y", str(path))
+    kill_cluster(name)
+
+
+def _workers(path: Path) -> list[dict[str, object]]:
+    return [n for n in status(path)["nodes"] if n["kind"] == "worker"]
+
+
+def _submit(path: Path, tmp_path: Path, code: str) -> str:
+    script = tmp_path / "job.py"
+    script.write_text(code)
+    result = run("submit", str(path), str(script), timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_pending_tasks_bring_workers_that_leave_when_idle(cluster: Path, tmp_path: Path) -> None:
+    assert _workers(cluster) == []
+    out = _submit(
+        cluster,
+        tmp_path,
+        (
+            "import ray, time\nray.init()\n"
+            "@ray.remote(num_cpus=2)\n"
+            "def f():\n    time.sleep(2)\n    return ray.get_runtime_context().get_node_id()\n"
+            "print('nodes', len(set(ray.get([f.remote() for _ in range(4)]))))\n"
+        ),
+    )
+    assert "nodes 2" in out or "nodes 3" in out  # the head has 1 CPU: workers ran them
+    text = run("status", str(cluster)).stdout
+    assert "pending bundle(s) of {CPU: 2}" in text  # the decision and its reason
+    wait_for(lambda: _workers(cluster) == [], 90, "idle workers to be removed")
+    log = run("monitor", "--no-follow", str(cluster)).stdout
+    assert "idle" in log and "> 12 s" in log
+
+
+def test_strict_spread_gets_distinct_nodes(cluster: Path, tmp_path: Path) -> None:
+    out = _submit(
+        cluster,
+        tmp_path,
+        (
+            "import ray\nfrom ray.util.placement_group import placement_group, "
+            "placement_group_table\nray.init()\n"
+            "pg = placement_group([{'CPU': 1}] * 3, strategy='STRICT_SPREAD')\n"
+            "ray.get(pg.ready(), timeout=120)\n"
+            "nodes = placement_group_table(pg)['bundles_to_node_id'].values()\n"
+            "print('distinct', len(set(nodes)))\n"
+        ),
+    )
+    assert "distinct 3" in out
+    assert len(_workers(cluster)) == 2  # the head and two workers, no more
+
+
+def test_request_resources_scales_up_ahead_of_demand(cluster: Path, tmp_path: Path) -> None:
+    _submit(
+        cluster,
+        tmp_path,
+        (
+            "import ray\nfrom ray.autoscaler.sdk import request_resources\nray.init()\n"
+            "request_resources(bundles=[{'CPU': 2}, {'CPU': 2}])\n"
+        ),
+    )
+
+    def two_ready() -> bool:
+        workers = _workers(cluster)
+        return len(workers) == 2 and all(w["status"] == "up-to-date" for w in workers)
+
+    wait_for(two_ready, 90, "request_resources to bring two workers")
+
+
+def test_infeasible_demand_launches_nothing(cluster: Path, tmp_path: Path) -> None:
+    _submit(
+        cluster,
+        tmp_path,
+        (
+            "import ray, time\nray.init()\n"
+            "@ray.remote(num_cpus=64)\ndef f():\n    return 1\n"
+            "ref = f.remote()\ntime.sleep(4)\nprint('waited')\n"
+        ),
+    )
+    state = status(cluster)
+    assert state["nodes"] and all(n["kind"] == "head" for n in state["nodes"])
+    text = run("status", str(cluster)).stdout + run("monitor", "--no-follow", str(cluster)).stdout
+    assert "fit no node type" in text

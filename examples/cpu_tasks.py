@@ -1,7 +1,8 @@
 """A job that needs more than the head node: one-CPU tasks spread over the cluster.
 
-Run it with `launcher submit example-configs/local.yaml examples/cpu_tasks.py`. It prints
-which nodes ran its tasks and how long the whole batch took.
+Run it with `launcher submit example-configs/local.yaml examples/cpu_tasks.py`. It asks for
+three times the CPUs the cluster has, so the autoscaler adds workers while the tasks wait;
+it prints which nodes ran its tasks and how long the whole batch took.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ def main() -> None:
             f"  node {node['NodeID'][:8]} at {node['NodeManagerAddress']}: "
             f"{int(node['Resources'].get('CPU', 0))} CPUs"
         )
-    tasks = 2 * cpus
+    # Three times what the cluster holds now: the autoscaler adds workers while they wait.
+    tasks = 3 * cpus
     started = time.monotonic()
-    where = collections.Counter(ray.get([work.remote(1.0) for _ in range(tasks)]))
+    where = collections.Counter(ray.get([work.remote(3.0) for _ in range(tasks)]))
     elapsed = time.monotonic() - started
-    print(f"ran {tasks} one-second tasks in {elapsed:.1f} s:")
+    print(f"ran {tasks} three-second tasks in {elapsed:.1f} s on {len(where)} nodes:")
     for node_id, count in sorted(where.items()):
         print(f"  node {node_id}: {count} tasks")
 

@@ -118,3 +118,23 @@ def test_min_workers_launched_first() -> None:
     typed = TypeInfo("cpu4", {"CPU": 4}, 2, 10)
     result = plan(Snapshot((HEAD,), pending=(({"CPU": 4}, 1),)), settings(types={"cpu4": typed}))
     assert result.launch == {"cpu4": 2}  # the pending bundle fits on a min_workers node
+
+
+def test_head_type_without_workers_is_never_launched() -> None:
+    head_type = TypeInfo("head", {"CPU": 4}, 0, 0, price=0.1)
+    gpu = TypeInfo("gpu", {"CPU": 4, "GPU": 1}, 0, 4, price=0.3)
+    head = NodeView("h", "head", is_head=True, total={"CPU": 4}, available={"CPU": 0})
+    result = plan(
+        Snapshot((head,), pending=(({"CPU": 1}, 8),)),
+        settings(types={"head": head_type, "gpu": gpu}),
+    )
+    # Only GPU nodes can take more CPU work: they are used rather than waiting forever.
+    assert result.launch == {"gpu": 2}
+    custom = plan(
+        Snapshot(
+            (NodeView("h", "head", True, False, {"CPU": 4, "disk": 1}, {"CPU": 4, "disk": 0}),),
+            pending=(({"disk": 1}, 1),),
+        ),
+        settings(types={"head": head_type, "gpu": gpu}),
+    )
+    assert custom.infeasible == () and custom.launch == {}  # it fits the head, when free

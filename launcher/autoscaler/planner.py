@@ -176,7 +176,11 @@ class _State:
 
     def choose_type(self, request: Resources, count: int) -> str | None:
         """The type to launch for `count` bundles of `request`, among those with room."""
-        fitting = [t for t in self.settings.types.values() if fits(t.resources, request)]
+        fitting = [
+            t
+            for t in self.settings.types.values()
+            if t.max_workers > 0 and fits(t.resources, request)
+        ]
         if not request.get("GPU"):
             cpu_only = [t for t in fitting if not t.has_gpu]
             fitting = cpu_only or fitting
@@ -201,7 +205,11 @@ class _State:
         return min(options, key=cost).name
 
     def feasible(self, request: Resources) -> bool:
-        return any(fits(t.resources, request) for t in self.settings.types.values())
+        """Whether some node could ever hold `request`: a launchable type, or a node that
+        exists (the head's own type may launch no workers at all)."""
+        return any(
+            t.max_workers > 0 and fits(t.resources, request) for t in self.settings.types.values()
+        ) or any(fits(slot.total, request) for slot in self.slots)
 
 
 def plan(snapshot: Snapshot, settings: Settings) -> Plan:

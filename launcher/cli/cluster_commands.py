@@ -446,3 +446,74 @@ def monitor(
 ) -> None:
     """Show the autoscaler's log on the head node (following it until Ctrl-C)."""
     sys.exit(ops.monitor(_config(cluster_config_file, cluster_name), lines, not no_follow, _echo))
+
+
+@cli.command()
+@config_argument
+@click.option(
+    "--trace",
+    "trace_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Workload trace, one JSON object per line (tasks or placement groups).",
+)
+@click.option(
+    "--launch-delay-s",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Seconds from launching a node to it joining the cluster.",
+)
+@click.option(
+    "--preempt-rate",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Preemptions per spot node per hour.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed for the random preemptions, for repeatable runs.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.pass_obj
+def simulate(
+    settings: Settings,
+    cluster_config_file: str,
+    trace_path: str,
+    launch_delay_s: float,
+    preempt_rate: float,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Replay a workload trace through the autoscaler's planner, offline, and report
+    node-hours, cost, peak nodes and how long work waited."""
+    from launcher.autoscaler.observe import planner_settings
+    from launcher.autoscaler.simulator import Simulation, read_trace
+    from launcher.cli.render_simulation import render_simulation
+    from launcher.pricing import load_prices
+    from launcher.providers.registry import SPECS
+
+    config = load_config(cluster_config_file)
+    trace = read_trace(trace_path)
+    spec = SPECS[config.provider.type]
+    prices = load_prices()
+    spot = [
+        name for name, t in config.node_types.items() if spec.node_offer(config, t, prices).spot
+    ]
+    simulation = Simulation(
+        planner_settings(config, spec, prices),
+        config.head_node_type,
+        spot,
+        launch_delay_s,
+        preempt_rate,
+        seed,
+    )
+    report = simulation.run(trace)
+    if as_json:
+        settings.output.json(report.to_json())
+        return
+    render_simulation(settings.output.console, report)

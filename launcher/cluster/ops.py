@@ -58,11 +58,7 @@ def exec_on_head(
     config: ClusterConfig, command: str, options: RunOptions, echo: OutputSink
 ) -> tuple[int, str | None]:
     """Run `command` on the head with RAY_ADDRESS set. Returns exit code and tmux/screen name."""
-    session = connect(config)
-    wrapped, name = wrap_session(command, screen=options.screen, tmux=options.tmux)
-    with _forwarded(session, options.port_forward):
-        result = session.runner.run(wrapped, session.env, echo=echo)
-    return result.exit_code, name
+    return _run(connect(config), command, options, echo)
 
 
 def submit_script(
@@ -73,10 +69,16 @@ def submit_script(
     name = Path(script).name
     session.runner.put(script, f"~/{name}")
     command = " ".join(["python", f"~/{shlex.quote(name)}", *map(shlex.quote, args)])
-    wrapped, session_name = wrap_session(command, screen=options.screen, tmux=options.tmux)
+    return _run(session, command, options, echo)
+
+
+def _run(
+    session: HeadSession, command: str, options: RunOptions, echo: OutputSink
+) -> tuple[int, str | None]:
+    wrapped, name = wrap_session(command, screen=options.screen, tmux=options.tmux)
     with _forwarded(session, options.port_forward):
         result = session.runner.run(wrapped, session.env, echo=echo)
-    return result.exit_code, session_name
+    return result.exit_code, name
 
 
 def attach(

@@ -93,6 +93,9 @@ def test_upscaling_speed_limits_nodes_starting_at_once() -> None:
         ),
     )
     assert result.launch == {"cpu4": 5}
+    launches = [d for d in result.decisions if d.action == "launch"]
+    assert sum(d.count for d in launches) == 5  # the log says what really launches
+    assert any("at most 5 may start at once" in str(d) for d in result.decisions)
 
 
 def test_idle_workers_go_but_never_below_min() -> None:

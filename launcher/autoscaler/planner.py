@@ -409,15 +409,17 @@ def _limit_upscaling(state: _State, snapshot: Snapshot) -> Counter[str]:
     if wanted <= budget:
         return state.launch
     limited: Counter[str] = Counter()
+    decisions = []
     for decision in state.decisions:  # in the order decided: min_workers, groups, tasks
-        if decision.action == "launch" and decision.node_type and budget > 0:
-            take = min(
-                decision.count,
-                budget,
-                state.launch[decision.node_type] - limited[decision.node_type],
-            )
-            limited[decision.node_type] += take
-            budget -= take
+        if decision.action != "launch" or decision.node_type is None:
+            decisions.append(decision)
+            continue
+        take = min(decision.count, budget)
+        budget -= take
+        limited[decision.node_type] += take
+        if take:
+            decisions.append(Decision("launch", decision.reason, decision.node_type, take))
+    state.decisions = decisions
     state.decisions.append(
         Decision(
             "wait",

@@ -125,7 +125,7 @@ def test_killed_worker_is_replaced(cluster: tuple[str, Path]) -> None:
 
     wait_for(replaced, 90, "the autoscaler to replace the killed worker")
     log = run("monitor", "--no-follow", str(path)).stdout
-    assert f"terminating {worker['id']}" in log
+    assert f"terminate {worker['id']}: Ray on it stopped" in log
 
 
 def test_down_finds_processes_whose_state_was_lost(cluster: tuple[str, Path]) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from launcher.autoscaler.minimum import decide
+from launcher.autoscaler.minimum import broken_workers
+from launcher.autoscaler.observe import planner_settings
+from launcher.autoscaler.planner import NodeView, Snapshot, plan
 from launcher.config import parse_config
+from launcher.pricing import load_prices
 from launcher.providers.base import (
     TAG_SETUP_HASH,
     TAG_START_HASH,
@@ -13,6 +16,7 @@ from launcher.providers.base import (
     NodeState,
     NodeStatus,
 )
+from launcher.providers.registry import SPECS
 from launcher.updater.hashing import NodeHashes
 from launcher.updater.updater import UpdateSteps, decide_steps
 
@@ -67,6 +71,8 @@ CONFIG = parse_config(
     "head_node_type: head\n",
     "inline",
 )
+SETTINGS = planner_settings(CONFIG, SPECS["localhost"], load_prices())
+HEAD = NodeView("h", "head", is_head=True, total={"CPU": 1}, available={"CPU": 1})
 
 
 def _worker(
@@ -78,11 +84,16 @@ def _worker(
     return Node(node_id, NodeKind.WORKER, node_type, "127.0.0.9", state, {TAG_STATUS: status})
 
 
+def _view(node: Node) -> NodeView:
+    return NodeView(node.id, node.node_type, total={"CPU": 1}, available={"CPU": 1})
+
+
 def test_min_workers_are_launched_per_type() -> None:
-    decisions = decide(CONFIG, [], set())
-    assert decisions.launch == {
-        "a": (2, "below min_workers (0 < 2)"),
-        "b": (3, "below min_workers (0 < 3)"),
+    decisions = plan(Snapshot((HEAD,)), SETTINGS)
+    assert decisions.launch == {"a": 2, "b": 3}
+    assert {str(d) for d in decisions.decisions} == {
+        "launch 2 x a: below min_workers (0 < 2)",
+        "launch 3 x b: below min_workers (0 < 3)",
     }
 
 
@@ -94,12 +105,12 @@ def test_dead_and_failed_workers_are_replaced() -> None:
         _worker("w4", "b"),
         _worker("w5", "b"),
     ]
-    decisions = decide(CONFIG, nodes, set())
-    assert {node_id for node_id, _ in decisions.terminate} == {"w1", "w2"}
-    assert decisions.launch == {"a": (2, "below min_workers (0 < 2)")}
+    broken = broken_workers(CONFIG, nodes, set())
+    assert {node_id for node_id, _ in broken} == {"w1", "w2"}
+    kept = tuple(_view(n) for n in nodes if n.id not in {i for i, _ in broken})
+    assert plan(Snapshot((HEAD, *kept)), SETTINGS).launch == {"a": 2}
 
 
-def test_nodes_being_set_up_are_left_alone_and_backoff_blocks_launches() -> None:
+def test_nodes_being_set_up_are_left_alone() -> None:
     nodes = [_worker("w2", "a", status=NodeStatus.FAILED)]
-    decisions = decide(CONFIG, nodes, {"w2"}, blocked_types={"a", "b"})
-    assert decisions.empty
+    assert broken_workers(CONFIG, nodes, {"w2"}) == ()

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 
 from launcher.autoscaler.demand import Demand, DemandReader
-from launcher.autoscaler.minimum import decide
+from launcher.autoscaler.minimum import broken_workers
 from launcher.autoscaler.observe import planner_settings, snapshot
 from launcher.autoscaler.planner import Plan, plan
 from launcher.autoscaler.spec import STATE_FILE, AutoscalerSpec
@@ -101,7 +101,7 @@ class Daemon:
         head = next((n for n in nodes if n.kind is NodeKind.HEAD), None)
         now = time.monotonic()
         blocked = self.backoff.blocked(now)
-        broken = decide(self.config, nodes, busy, blocked).terminate
+        broken = broken_workers(self.config, nodes, busy)
         for node_id, reason in broken:
             self._decided(f"terminate {node_id}: {reason}", "terminate")
         demand = self._demand(head)
@@ -112,9 +112,11 @@ class Daemon:
         terminate = [node_id for node_id, _ in broken] + [i for i, _ in result.terminate]
         if terminate:
             self.provider.terminate_nodes(terminate)
+        gone = set(terminate)
+        workers = [n for n in nodes if n.kind is NodeKind.WORKER and n.id not in gone]
         for type_name, count in result.launch.items():
             if count > 0 and type_name not in blocked:
-                self.provider.create_nodes(
+                workers += self.provider.create_nodes(
                     self.config.node_types[type_name],
                     NodeKind.WORKER,
                     count,
@@ -123,7 +125,7 @@ class Daemon:
         self._write_state(demand, result)
         if head is None:
             return
-        for node in self.provider.workers():
+        for node in workers:  # this tick's listing plus what it launched: no second scan
             if node.status is NodeStatus.UNINITIALIZED and node.id not in busy:
                 self._start_update(node.id, head.id)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -220,6 +221,4 @@ def _stop_autoscaler(config: ClusterConfig, provider: NodeProvider) -> bool:
 
 
 def _remove_cluster_dir(cluster_name: str) -> None:
-    import shutil
-
     shutil.rmtree(cluster_dir(cluster_name), ignore_errors=True)

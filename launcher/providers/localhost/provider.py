@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.config.model import ClusterConfig, NodeType
+from launcher.errors import ProviderError
 from launcher.paths import cluster_dir, launcher_home
 from launcher.providers.base import (
     TAG_CLUSTER,
@@ -260,7 +261,10 @@ def _free_ip() -> str:
         ip = f"127.0.0.{host}"
         if ip not in used:
             return ip
-    raise RuntimeError("no free loopback address left in 127.0.0.2-254")
+    raise ProviderError(
+        "no free loopback address left in 127.0.0.2-254; take down clusters "
+        "you no longer need (`launcher down`)"
+    )
 
 
 def _free_port() -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from launcher.config.problems import Problem
@@ -36,6 +36,21 @@ class ConfigError(LauncherError):
 
 class ProviderError(LauncherError):
     """A provider could not do what was asked (no capacity, no free address, API refused)."""
+
+
+class CapacityError(ProviderError):
+    """A launch failed for lack of capacity in every zone it tried (`zones`); `created`
+    holds the nodes made before it ran out. Distinct from other provider errors because
+    the autoscaler answers it by avoiding those zones and using the type's fallbacks."""
+
+    def __init__(
+        self, node_type: str, zones: Sequence[str], detail: str, created: Sequence[Any] = ()
+    ) -> None:
+        self.node_type = node_type
+        self.zones = tuple(zones)
+        self.created = list(created)
+        where = ", ".join(self.zones) or "every zone"
+        super().__init__(f"{node_type}: no capacity in {where}: {detail}")
 
 
 class NodeUpdateError(LauncherError):

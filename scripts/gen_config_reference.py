@@ -283,6 +283,8 @@ def _type_text(prop: Schema, root: Schema) -> str:
         types = ["object"]
     elif "items" in schema:
         types = ["array"]
+    elif isinstance(schema.get("anyOf"), list):
+        return " or ".join(_type_text(option, root) for option in schema["anyOf"])
     else:
         return "any"
     words = " or ".join(_type_word(t, schema, root) for t in types)

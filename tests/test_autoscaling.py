@@ -116,3 +116,47 @@ def test_infeasible_demand_launches_nothing(cluster: Path, tmp_path: Path) -> No
     assert state["nodes"] and all(n["kind"] == "head" for n in state["nodes"])
     text = run("status", str(cluster)).stdout + run("monitor", "--no-follow", str(cluster)).stdout
     assert "fit no node type" in text
+
+
+FALLBACK_CONFIG = """\
+cluster_name: {name}
+max_workers: 3
+idle_timeout_minutes: 0.2
+provider: {{type: localhost}}
+metadata: {{launcher: {{fallbacks: {{spot: [ondemand]}}}}}}
+available_node_types:
+  head: {{node_config: {{}}, resources: {{CPU: 1}}, max_workers: 0}}
+  spot: {{node_config: {{simulated_capacity: 1}}, resources: {{CPU: 2}}, max_workers: 3,
+         priority: 1}}
+  ondemand: {{node_config: {{}}, resources: {{CPU: 2}}, max_workers: 3}}
+head_node_type: head
+"""
+
+
+def test_capacity_failure_falls_back_to_the_next_type(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "home"))
+    path = tmp_path / "cluster.yaml"
+    path.write_text(FALLBACK_CONFIG.format(name="afallback"))
+    assert run("up", "-y", str(path)).returncode == 0
+    try:
+        out = _submit(
+            path,
+            tmp_path,
+            (
+                "import ray, time\nray.init()\n"
+                "@ray.remote(num_cpus=2)\n"
+                "def f():\n    time.sleep(3)\n    return ray.get_runtime_context().get_node_id()\n"
+                "print('nodes', len(set(ray.get([f.remote() for _ in range(2)]))))\n"
+            ),
+        )
+        assert "nodes 2" in out  # one spot node (all there is) and one fallback
+        log = run("monitor", "--no-follow", str(path)).stdout
+        assert "spot: capacity failure in localhost" in log
+        assert "spot: capacity failure in localhost, falling back to ondemand" in log
+        types = {str(n["node_type"]) for n in _workers(path)}
+        assert types <= {"spot", "ondemand"} and "ondemand" in types
+    finally:
+        run("down", "-y", str(path))
+        kill_cluster("afallback")

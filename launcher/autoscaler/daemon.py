@@ -15,11 +15,13 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
+from launcher.autoscaler.backoff import TypeBackoff
 from launcher.autoscaler.demand import Demand, DemandReader
+from launcher.autoscaler.executor import Executor
 from launcher.autoscaler.minimum import broken_workers
 from launcher.autoscaler.observe import planner_settings, snapshot
 from launcher.autoscaler.planner import Plan, plan
@@ -28,42 +30,19 @@ from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError
 from launcher.events import Event, NodeProgress
 from launcher.pricing import load_prices
-from launcher.providers.base import TAG_STATUS, Node, NodeKind, NodeProvider, NodeStatus
+from launcher.providers.base import Node, NodeKind, NodeProvider, NodeState, NodeStatus
 from launcher.providers.factory import make_provider
 from launcher.providers.registry import SPECS
 from launcher.updater.updater import NodeUpdater, UpdateOptions
 
 MAX_PARALLEL_SETUPS = 8
-FAILURES_BEFORE_BACKOFF = 3
+SETUP_FAILURES_BEFORE_BACKOFF = 3
+SETUP_FAILURES_GIVE_UP = 8  # a type failing setup this often in a row is not replaced again
 
 
 def log(text: str) -> None:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     print(f"{stamp} {text}", flush=True)
-
-
-@dataclass
-class _Backoff:
-    failures: dict[str, int] = field(default_factory=dict)
-    until: dict[str, float] = field(default_factory=dict)
-
-    def blocked(self, now: float) -> set[str]:
-        return {t for t, end in self.until.items() if end > now}
-
-    def failed(self, node_type: str, now: float) -> None:
-        count = self.failures.get(node_type, 0) + 1
-        self.failures[node_type] = count
-        if count >= FAILURES_BEFORE_BACKOFF:
-            wait = min(300.0, 10.0 * 2 ** (count - FAILURES_BEFORE_BACKOFF))
-            self.until[node_type] = now + wait
-            log(
-                f"{node_type}: {count} setups failed in a row; waiting {wait:g} s before "
-                "launching it again"
-            )
-
-    def succeeded(self, node_type: str) -> None:
-        self.failures.pop(node_type, None)
-        self.until.pop(node_type, None)
 
 
 class Daemon:
@@ -76,58 +55,90 @@ class Daemon:
         self.stopping = threading.Event()
         self.updating: dict[str, threading.Thread] = {}
         self.lock = threading.Lock()
-        self.backoff = _Backoff()
+        self.setup_backoff = TypeBackoff(
+            "setups failed",
+            after=SETUP_FAILURES_BEFORE_BACKOFF,
+            base_s=10.0,
+            give_up_after=SETUP_FAILURES_GIVE_UP,
+        )
+        self.executor = Executor(provider, config, self._decided)
         self.settings = planner_settings(config, SPECS[config.provider.type], load_prices())
         self.reader: DemandReader | None = None
         self.seen_before: set[str] = set()
         self.seen_now: set[str] = set()
         self.recent: list[dict[str, object]] = []
+        self.preempted: set[str] = set()
 
     def run(self) -> None:
         log(f"autoscaler for cluster {self.config.cluster_name} started")
-        while not self.stopping.is_set():
-            try:
-                self.tick()
-            except LauncherError as exc:
-                log(f"error: {exc}")
-            self.stopping.wait(self.interval_s)
+        try:
+            while not self.stopping.is_set():
+                try:
+                    self.tick()
+                except LauncherError as exc:
+                    log(f"error: {exc}")
+                self.stopping.wait(self.interval_s)
+        finally:
+            self.executor.shutdown()
         log("autoscaler stopped")
 
     def tick(self) -> None:
         with self.lock:
             busy = {node_id for node_id, t in self.updating.items() if t.is_alive()}
             self.updating = {k: v for k, v in self.updating.items() if k in busy}
-        nodes = self.provider.nodes()
+        self.executor.collect()
+        listed = self.provider.nodes()
+        nodes = listed + self.executor.unlisted(listed)
         head = next((n for n in nodes if n.kind is NodeKind.HEAD), None)
-        now = time.monotonic()
-        blocked = self.backoff.blocked(now)
+        for node in nodes:
+            if node.state is NodeState.PREEMPTED and node.id not in self.preempted:
+                self.preempted.add(node.id)
+                self.executor.preempted(node)
         broken = broken_workers(self.config, nodes, busy)
         for node_id, reason in broken:
             self._decided(f"terminate {node_id}: {reason}", "terminate")
         demand = self._demand(head)
-        result = plan(snapshot(self.config, nodes, demand, {i for i, _ in broken}), self.settings)
+        unavailable = self._unavailable()
+        view = snapshot(
+            self.config,
+            nodes,
+            demand,
+            {i for i, _ in broken},
+            self.executor.pending(),
+            unavailable,
+        )
+        result = plan(view, self.settings)
         for decision in result.decisions:
-            if decision.node_type not in blocked or decision.action != "launch":
-                self._decided(str(decision), decision.action)
+            self._decided(str(decision), decision.action)
         terminate = [node_id for node_id, _ in broken] + [i for i, _ in result.terminate]
         if terminate:
             self.provider.terminate_nodes(terminate)
-        gone = set(terminate)
-        workers = [n for n in nodes if n.kind is NodeKind.WORKER and n.id not in gone]
-        for type_name, count in result.launch.items():
-            if count > 0 and type_name not in blocked:
-                workers += self.provider.create_nodes(
-                    self.config.node_types[type_name],
-                    NodeKind.WORKER,
-                    count,
-                    {TAG_STATUS: NodeStatus.UNINITIALIZED},
-                )
-        self._write_state(demand, result)
+        for type_name, count, stands_in_for in result.launches():
+            self.executor.launch(type_name, count, stands_in_for)
+        self._write_state(demand, result, unavailable)
         if head is None:
             return
-        for node in workers:  # this tick's listing plus what it launched: no second scan
-            if node.status is NodeStatus.UNINITIALIZED and node.id not in busy:
+        gone = set(terminate)
+        for node in nodes:  # the listing plus launched nodes not listed yet
+            if (
+                node.kind is NodeKind.WORKER
+                and node.status is NodeStatus.UNINITIALIZED
+                and node.id not in busy
+                and node.id not in gone
+            ):
                 self._start_update(node.id, head.id)
+
+    def _unavailable(self) -> dict[str, str]:
+        """Types the planner must not launch now -> why: out of capacity, or waiting after
+        failed launches or setups."""
+        now = time.monotonic()
+        out = self.executor.unavailable()
+        for backoff in (self.executor.launch_backoff, self.setup_backoff):
+            for name, until in backoff.blocked(now).items():
+                count = backoff.failures.get(name, 0)
+                wait = "until the config changes" if until == float("inf") else "for now"
+                out.setdefault(name, f"{count} {backoff.what} in a row, not launched {wait}")
+        return out
 
     def _demand(self, head: Node | None) -> Demand:
         if head is None or head.status is not NodeStatus.UP_TO_DATE:
@@ -147,13 +158,24 @@ class Daemon:
         if text in self.seen_before:
             return
         log(text)
-        if action in ("launch", "terminate", "infeasible"):
+        if action in ("launch", "terminate", "infeasible", "fallback", "capacity", "backoff"):
             self.recent.append({"time": time.time(), "action": action, "text": text})
             self.recent = self.recent[-50:]
 
-    def _write_state(self, demand: Demand, result: Plan) -> None:
+    def _write_state(self, demand: Demand, result: Plan, unavailable: Mapping[str, str]) -> None:
         self.seen_before, self.seen_now = self.seen_now, set()
         state = {
+            "pending_launches": [
+                {
+                    "node_type": p.node_type,
+                    "count": p.count,
+                    "stands_in_for": p.stands_in_for,
+                    "started": p.started,
+                }
+                for p in self.executor.pending()
+            ],
+            "unavailable": dict(unavailable),
+            "avoided_zones": self.executor.capacity.describe(time.monotonic()),
             "time": time.time(),
             "pending": [{"resources": dict(r), "count": c} for r, c in demand.pending],
             "placement_groups": [
@@ -172,7 +194,8 @@ class Daemon:
 
     def _start_update(self, node_id: str, head_id: str) -> None:
         with self.lock:
-            if len(self.updating) >= MAX_PARALLEL_SETUPS:
+            running = self.updating.get(node_id)
+            if len(self.updating) >= MAX_PARALLEL_SETUPS or (running and running.is_alive()):
                 return
             thread = threading.Thread(
                 target=self._update, args=(node_id, head_id), name=f"update-{node_id}", daemon=True
@@ -193,9 +216,11 @@ class Daemon:
             updater.run()
         except LauncherError as exc:
             log(f"{node_id}: {exc}")
-            self.backoff.failed(node.node_type, time.monotonic())
+            what_next = self.setup_backoff.failed(node.node_type, time.monotonic())
+            if what_next:
+                self._decided(what_next, "backoff")
             return
-        self.backoff.succeeded(node.node_type)
+        self.setup_backoff.succeeded(node.node_type)
 
     def _on_event(self, event: Event) -> None:
         if isinstance(event, NodeProgress) and (event.done or event.failed):

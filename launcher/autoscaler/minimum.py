@@ -22,7 +22,9 @@ def broken_workers(
     for node in nodes:
         if node.kind is not NodeKind.WORKER:
             continue
-        if node.state is NodeState.DEAD:
+        if node.state is NodeState.PREEMPTED:
+            terminate.append((node.id, f"preempted in {node.zone or 'its zone'}"))
+        elif node.state is NodeState.DEAD:
             terminate.append((node.id, "Ray on it stopped (process died or node lost)"))
         elif node.status is NodeStatus.FAILED and node.id not in updating:
             terminate.append((node.id, "setup failed"))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from launcher.autoscaler.demand import Demand, RayNode
+from launcher.autoscaler.executor import PendingLaunch
 from launcher.autoscaler.planner import NodeView, Settings, Snapshot, TypeInfo
 from launcher.config.model import ClusterConfig
 from launcher.pricing import PriceTable
-from launcher.providers.base import Node, NodeKind, NodeStatus
+from launcher.providers.base import TAG_STANDS_IN_FOR, Node, NodeKind, NodeStatus
 from launcher.providers.spec import ProviderSpec
 
 
@@ -31,6 +32,7 @@ def planner_settings(config: ClusterConfig, spec: ProviderSpec, prices: PriceTab
             price=price,
             idle_timeout_s=node_type.idle_timeout_s,
             priority=node_type.priority or 0,
+            fallbacks=tuple(config.fallbacks.get(name, ())),
         )
     return Settings(
         types=types,
@@ -41,9 +43,15 @@ def planner_settings(config: ClusterConfig, spec: ProviderSpec, prices: PriceTab
 
 
 def snapshot(
-    config: ClusterConfig, nodes: Sequence[Node], demand: Demand, leaving: Collection[str]
+    config: ClusterConfig,
+    nodes: Sequence[Node],
+    demand: Demand,
+    leaving: Collection[str],
+    pending: Sequence[PendingLaunch] = (),
+    unavailable: Mapping[str, str] | None = None,
 ) -> Snapshot:
-    """Provider nodes matched to Ray's nodes by IP. Nodes in `leaving` are left out."""
+    """Provider nodes matched to Ray's nodes by IP, plus launches still in flight. Nodes in
+    `leaving` are left out."""
     ray_by_ip: dict[str, RayNode] = {n.ip: n for n in demand.nodes if n.alive}
     views = []
     for node in nodes:
@@ -66,6 +74,23 @@ def snapshot(
                 if serving and ray
                 else total,
                 idle_s=ray.idle_s if serving and ray else None,
+                stands_in_for=node.tags.get(TAG_STANDS_IN_FOR) or None,
             )
         )
-    return Snapshot(tuple(views), demand.pending, demand.gangs, demand.constraints)
+    for launch in pending:
+        declared = config.node_types.get(launch.node_type)
+        total = {k: float(v) for k, v in declared.resources.items()} if declared else {}
+        views += [
+            NodeView(
+                id=f"launch-{launch.id}-{index}",
+                node_type=launch.node_type,
+                launching=True,
+                total=total,
+                available=total,
+                stands_in_for=launch.stands_in_for,
+            )
+            for index in range(launch.count)
+        ]
+    return Snapshot(
+        tuple(views), demand.pending, demand.gangs, demand.constraints, dict(unavailable or {})
+    )

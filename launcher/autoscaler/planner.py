@@ -12,6 +12,12 @@ Order of work, each step seeing what the previous ones placed:
 5. `upscaling_speed` caps how many nodes may be starting at once;
 6. idle workers beyond min_workers, untouched by this round's placements, are terminated.
 Demand no node type can ever hold is reported as infeasible and launches nothing.
+
+A type the executor found out of capacity (or just preempted) arrives in
+`Snapshot.unavailable`: it launches nothing, its configured fallbacks are tried first in its
+place, then the other types by the usual rule. Workers launched for an unavailable type's
+min_workers "stand in" for it, and once it has capacity again and they are idle past the
+timeout, they are terminated so the type itself comes back.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 Resources = Mapping[str, float]
 _EPS = 1e-9
@@ -35,6 +41,7 @@ class TypeInfo:
     price: float | None = None  # per hour, as configured (spot price for spot types)
     idle_timeout_s: float | None = None
     priority: int = 0
+    fallbacks: tuple[str, ...] = ()  # launched instead while this type is unavailable
 
     @property
     def has_gpu(self) -> bool:
@@ -50,6 +57,7 @@ class NodeView:
     total: Resources = field(default_factory=dict)
     available: Resources = field(default_factory=dict)
     idle_s: float | None = None
+    stands_in_for: str | None = None  # launched for this type's min_workers as its fallback
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,7 @@ class Snapshot:
     pending: tuple[tuple[Resources, int], ...] = ()  # bundle shape, how many
     gangs: tuple[Gang, ...] = ()
     constraints: tuple[Resources, ...] = ()  # request_resources bundles
+    unavailable: Mapping[str, str] = field(default_factory=dict)  # type -> why, for now
 
 
 @dataclass(frozen=True)
@@ -79,11 +88,12 @@ class Settings:
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # launch | terminate | infeasible | wait
+    action: str  # launch | terminate | infeasible | wait | fallback
     reason: str
     node_type: str | None = None
     count: int = 0
     node_id: str | None = None
+    stands_in_for: str | None = None  # launch: for this type's min_workers
 
     def __str__(self) -> str:
         if self.action == "launch":
@@ -99,6 +109,21 @@ class Plan:
     terminate: tuple[tuple[str, str], ...]
     infeasible: tuple[Resources, ...]
     decisions: tuple[Decision, ...]
+    # (fallback type, type it stands in for) -> how many of `launch` are such stand-ins
+    stand_ins: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+    def launches(self) -> list[tuple[str, int, str | None]]:
+        """`launch` split into (type, count, the type they stand in for or None)."""
+        out: list[tuple[str, int, str | None]] = [
+            (fallback, count, original)
+            for (fallback, original), count in self.stand_ins.items()
+            if count > 0
+        ]
+        for name, count in self.launch.items():
+            plain = count - sum(n for (f, _), n in self.stand_ins.items() if f == name)
+            if plain > 0:
+                out.append((name, plain, None))
+        return out
 
 
 def show(resources: Resources) -> str:
@@ -155,6 +180,8 @@ class _State:
         self.launch: Counter[str] = Counter()
         self.decisions: list[Decision] = []
         self.infeasible: list[Resources] = []
+        self.unavailable = snapshot.unavailable
+        self.fell_back: dict[tuple[str, str], None] = {}  # (type, fallback), in order
 
     def room(self, type_name: str) -> int:
         info = self.settings.types[type_name]
@@ -202,7 +229,28 @@ class _State:
             )
             return price, waste, -info.priority, info.name
 
-        return min(options, key=cost).name
+        best = min(options, key=cost)
+        if best.name not in self.unavailable:
+            return best.name
+        fallback = self.fallback_for(best.name, request)
+        if fallback is not None:
+            return fallback
+        usable = [t for t in options if t.name not in self.unavailable]
+        return min(usable, key=cost).name if usable else None
+
+    def fallback_for(self, type_name: str, request: Resources | None = None) -> str | None:
+        """The first of `type_name`'s fallbacks that is available, has room and fits."""
+        for name in self.settings.types[type_name].fallbacks:
+            info = self.settings.types.get(name)
+            if (
+                info is not None
+                and name not in self.unavailable
+                and self.room(name) > 0
+                and (request is None or fits(info.resources, request))
+            ):
+                self.fell_back.setdefault((type_name, name), None)
+                return name
+        return None
 
     def feasible(self, request: Resources) -> bool:
         """Whether some node could ever hold `request`: a launchable type, or a node that
@@ -214,28 +262,69 @@ class _State:
 
 def plan(snapshot: Snapshot, settings: Settings) -> Plan:
     state = _State(snapshot, settings)
-    _min_workers(state)
+    _min_workers(state, snapshot.nodes)
     for gang in snapshot.gangs:
         _place_gang(state, gang)
     _place_tasks(state, snapshot.pending)
     _place_constraints(state, snapshot.constraints)
-    launch = _limit_upscaling(state, snapshot)
+    launch, stand_ins = _limit_upscaling(state, snapshot)
     terminate = _idle(state, snapshot, settings)
-    return Plan(dict(launch), tuple(terminate), tuple(state.infeasible), tuple(state.decisions))
+    for type_name, fallback in state.fell_back:
+        if launch[fallback] > 0:  # said only when the fallback is launched now
+            state.decisions.insert(
+                0,
+                Decision(
+                    "fallback",
+                    f"{type_name}: {state.unavailable[type_name]}, falling back to {fallback}",
+                    fallback,
+                    launch[fallback],
+                ),
+            )
+    return Plan(
+        dict(launch),
+        tuple(terminate),
+        tuple(state.infeasible),
+        tuple(state.decisions),
+        dict(stand_ins),
+    )
 
 
-def _min_workers(state: _State) -> None:
+def _min_count(nodes: Iterable[NodeView]) -> Counter[str]:
+    """Workers counted toward each type's min_workers: its own, plus those standing in."""
+    return Counter(n.stands_in_for or n.node_type for n in nodes if not n.is_head)
+
+
+def _min_workers(state: _State, nodes: Sequence[NodeView]) -> None:
+    have_by_type = _min_count(nodes)
     for name, info in state.settings.types.items():
-        missing = min(info.min_workers - state.counts[name], state.room(name))
+        have = have_by_type[name]
+        want = info.min_workers - have
+        if want <= 0:
+            continue
+        reason = f"below min_workers ({have} < {info.min_workers})"
+        if name in state.unavailable:
+            placed: Counter[str] = Counter()
+            while placed.total() < want and (fallback := state.fallback_for(name)) is not None:
+                state.add_node(fallback)
+                placed[fallback] += 1
+            for fallback, count in placed.items():
+                state.decisions.append(
+                    Decision("launch", f"{reason} of {name}", fallback, count, stands_in_for=name)
+                )
+            if placed.total() < want:
+                state.decisions.append(
+                    Decision(
+                        "wait",
+                        f"{name}: {state.unavailable[name]}; {want - placed.total()} worker(s) for "
+                        "its min_workers wait for capacity",
+                    )
+                )
+            continue
+        missing = min(want, state.room(name))
         if missing > 0:
-            have = state.counts[name]
             for _ in range(missing):
                 state.add_node(name)
-            state.decisions.append(
-                Decision(
-                    "launch", f"below min_workers ({have} < {info.min_workers})", name, missing
-                )
-            )
+            state.decisions.append(Decision("launch", reason, name, missing))
 
 
 def _place_tasks(state: _State, pending: Iterable[tuple[Resources, int]]) -> None:
@@ -400,15 +489,17 @@ def _mark_used(state: _State, node_id: str) -> None:
             slot.used = True
 
 
-def _limit_upscaling(state: _State, snapshot: Snapshot) -> Counter[str]:
+def _limit_upscaling(
+    state: _State, snapshot: Snapshot
+) -> tuple[Counter[str], Counter[tuple[str, str]]]:
+    """The launches that upscaling_speed lets through now, and which of them stand in."""
     running = sum(1 for n in snapshot.nodes if not n.launching)
     starting = sum(1 for n in snapshot.nodes if n.launching)
     allowed = max(MIN_UPSCALING_BURST, math.ceil(state.settings.upscaling_speed * running))
     budget = max(0, allowed - starting)
     wanted = sum(state.launch.values())
-    if wanted <= budget:
-        return state.launch
     limited: Counter[str] = Counter()
+    stand_ins: Counter[tuple[str, str]] = Counter()
     decisions = []
     for decision in state.decisions:  # in the order decided: min_workers, groups, tasks
         if decision.action != "launch" or decision.node_type is None:
@@ -417,9 +508,13 @@ def _limit_upscaling(state: _State, snapshot: Snapshot) -> Counter[str]:
         take = min(decision.count, budget)
         budget -= take
         limited[decision.node_type] += take
+        if decision.stands_in_for is not None:
+            stand_ins[decision.node_type, decision.stands_in_for] += take
         if take:
-            decisions.append(Decision("launch", decision.reason, decision.node_type, take))
+            decisions.append(replace(decision, count=take))
     state.decisions = decisions
+    if wanted <= sum(limited.values()):
+        return limited, stand_ins
     state.decisions.append(
         Decision(
             "wait",
@@ -427,12 +522,17 @@ def _limit_upscaling(state: _State, snapshot: Snapshot) -> Counter[str]:
             f"{allowed} may start at once (upscaling_speed {state.settings.upscaling_speed:g})",
         )
     )
-    return limited
+    return limited, stand_ins
+
+
+def _min_of(settings: Settings, type_name: str) -> int:
+    info = settings.types.get(type_name)
+    return info.min_workers if info is not None else 0
 
 
 def _idle(state: _State, snapshot: Snapshot, settings: Settings) -> list[tuple[str, str]]:
     used = {s.node_id for s in state.slots if s.used and s.node_id}
-    kept = Counter(n.node_type for n in snapshot.nodes if not n.is_head)
+    kept = _min_count(snapshot.nodes)
     candidates = sorted(
         (
             n
@@ -449,10 +549,16 @@ def _idle(state: _State, snapshot: Snapshot, settings: Settings) -> list[tuple[s
         timeout = (
             info.idle_timeout_s if info.idle_timeout_s is not None else settings.idle_timeout_s
         )
-        if node.idle_s is None or node.idle_s < timeout or kept[node.node_type] <= info.min_workers:
+        if node.idle_s is None or node.idle_s < timeout:
             continue
-        kept[node.node_type] -= 1
+        counted_as = node.stands_in_for or node.node_type
+        back = node.stands_in_for is not None and counted_as not in state.unavailable
+        if not back and kept[counted_as] <= _min_of(settings, counted_as):
+            continue
+        kept[counted_as] -= 1
         reason = f"idle {node.idle_s:.0f} s > {timeout:.0f} s"
+        if back:
+            reason += f"; it stands in for {counted_as}, which has capacity again"
         terminate.append((node.id, reason))
         state.decisions.append(Decision("terminate", reason, node.node_type, 1, node.id))
     return terminate

@@ -1,10 +1,13 @@
 """Replay a workload trace against the planner, with a simulated provider, clock and Ray
 scheduler, and report what the cluster would have cost and how long work waited.
 
-The planner is the same one the head's daemon runs; only the world around it is simulated:
-nodes become ready `launch_delay_s` after launch, a simple scheduler places tasks and
-placement groups on ready nodes first-fit, and spot nodes are preempted at random (their
-running tasks go back to the queue, as Ray retries them).
+The planner and the memory of capacity failures are the same ones the head's daemon runs;
+only the world around them is simulated: nodes become ready `launch_delay_s` after launch, a
+simple scheduler places tasks and placement groups on ready nodes first-fit, spot nodes are
+preempted at random (their running tasks go back to the queue, as Ray retries them), and a
+type given a capacity holds at most that many nodes (launches beyond it fail as a cloud out
+of capacity does). Preemptions and capacity failures make the type unavailable for a while,
+so its fallbacks are launched instead, as on a real cluster.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher.autoscaler.backoff import CapacityMemory
 from launcher.autoscaler.planner import (
     Gang,
     NodeView,
@@ -33,6 +37,7 @@ from launcher.errors import UsageError
 
 _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 STALL_S = 3600.0  # simulated time without any change after which queued work is given up
+ZONE = "simulated"
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,7 @@ class _Node:
     ready_at: float
     spot: bool
     is_head: bool = False
+    stands_in_for: str | None = None
     available: dict[str, float] = field(default_factory=dict)
     running: int = 0
     idle_since: float = 0.0
@@ -134,6 +140,8 @@ class SimulationReport:
     tasks_total: int
     tasks_never_placed: int
     preemptions: int
+    capacity_failures: int
+    fallback_launches: Mapping[str, int]  # nodes of a type launched as another's fallback
     planner_ms_mean: float
     planner_ms_p95: float
     planner_ms_max: float
@@ -153,8 +161,13 @@ class Simulation:
         preempt_rate: float,
         seed: int = 0,
         tick_s: float = 1.0,
+        capacity: Mapping[str, int] | None = None,
     ) -> None:
         self.settings = settings
+        self.capacity = dict(capacity or {})  # type -> most nodes it may have at once
+        self.memory = CapacityMemory()
+        self.capacity_failures = 0
+        self.fallback_launches: Counter[str] = Counter()
         self.spot = set(spot_types)
         self.launch_delay_s = launch_delay_s
         self.preempt_rate = preempt_rate  # preemptions per spot node per hour
@@ -230,6 +243,7 @@ class Simulation:
         for node in list(self.nodes):
             if node.spot and node.ready_at <= now and self.random.random() < chance:
                 self.preemptions += 1
+                self.memory.failed(node.node_type, ZONE, now, "preempted")
                 self._remove(node, now)
 
     def _remove(self, node: _Node, now: float) -> None:
@@ -301,21 +315,37 @@ class Simulation:
             self.last_change = now
         for node in [n for n in self.nodes if n.id in gone]:
             self._remove(node, now)
-        for type_name, count in result.launch.items():
-            resources = dict(self.settings.types[type_name].resources)
-            for _ in range(count):
-                self.counter += 1
-                self.nodes.append(
-                    _Node(
-                        f"w{self.counter}",
-                        type_name,
-                        dict(resources),
-                        now + self.launch_delay_s,
-                        type_name in self.spot,
-                        idle_since=now + self.launch_delay_s,
-                    )
-                )
+        for decision in result.decisions:
+            if decision.action == "fallback" and decision.node_type:
+                self.fallback_launches[decision.node_type] += decision.count
+        for type_name, count, stands_in_for in result.launches():
+            self._launch(type_name, count, now, stands_in_for)
         self.peak = max(self.peak, len(self.nodes))
+
+    def _launch(self, type_name: str, count: int, now: float, stands_in_for: str | None) -> None:
+        if count <= 0:
+            return
+        limit = self.capacity.get(type_name)
+        if limit is not None:
+            room = max(0, limit - sum(1 for n in self.nodes if n.node_type == type_name))
+            if room < count:
+                self.capacity_failures += 1
+                self.memory.failed(type_name, ZONE, now, "capacity failure")
+                count = room
+        resources = dict(self.settings.types[type_name].resources)
+        for _ in range(count):
+            self.counter += 1
+            self.nodes.append(
+                _Node(
+                    f"w{self.counter}",
+                    type_name,
+                    dict(resources),
+                    now + self.launch_delay_s,
+                    type_name in self.spot,
+                    stands_in_for=stands_in_for,
+                    idle_since=now + self.launch_delay_s,
+                )
+            )
 
     def _snapshot(self, now: float) -> Snapshot:
         views = tuple(
@@ -327,6 +357,7 @@ class Simulation:
                 n.total,
                 n.available,
                 None if n.ready_at > now or n.running else max(0.0, now - n.idle_since),
+                n.stands_in_for,
             )
             for n in self.nodes
         )
@@ -338,7 +369,9 @@ class Simulation:
             elif work.gang is not None:
                 gangs.append(work.gang)
         pending = tuple((dict(shape), count) for shape, count in shapes.items())
-        return Snapshot(views, pending, tuple(gangs))
+        zones = dict.fromkeys(self.settings.types, (ZONE,))
+        unavailable = self.memory.unavailable(zones, now)
+        return Snapshot(views, pending, tuple(gangs), (), unavailable)
 
     def _account(self) -> None:
         for node in self.nodes:
@@ -387,6 +420,8 @@ class Simulation:
             tasks_total=len(self.done) + len(self.running) + len(self.queue),
             tasks_never_placed=len(self.queue),
             preemptions=self.preemptions,
+            capacity_failures=self.capacity_failures,
+            fallback_launches=dict(self.fallback_launches),
             planner_ms_mean=statistics.fmean(planner),
             planner_ms_p95=_percentile(planner, 0.95) or 0.0,
             planner_ms_max=planner[-1],

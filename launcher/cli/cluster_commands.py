@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
@@ -478,6 +478,14 @@ def monitor(
     show_default=True,
     help="Seed for the random preemptions, for repeatable runs.",
 )
+@click.option(
+    "--capacity",
+    "capacities",
+    multiple=True,
+    metavar="TYPE=N",
+    help="At most N nodes of TYPE at once; launches beyond fail as for lack of capacity, "
+    "and its fallbacks are used. Repeatable.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 @click.pass_obj
 def simulate(
@@ -487,6 +495,7 @@ def simulate(
     launch_delay_s: float,
     preempt_rate: float,
     seed: int,
+    capacities: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Replay a workload trace through the autoscaler's planner, offline, and report
@@ -498,6 +507,7 @@ def simulate(
     from launcher.providers.registry import SPECS
 
     config = load_config(cluster_config_file)
+    capacity = _capacities(capacities, config.node_types)
     trace = read_trace(trace_path)
     spec = SPECS[config.provider.type]
     prices = load_prices()
@@ -511,9 +521,25 @@ def simulate(
         launch_delay_s,
         preempt_rate,
         seed,
+        capacity=capacity,
     )
     report = simulation.run(trace)
     if as_json:
         settings.output.json(report.to_json())
         return
     render_simulation(settings.output.console, report)
+
+
+def _capacities(values: tuple[str, ...], node_types: Mapping[str, object]) -> dict[str, int]:
+    out = {}
+    for value in values:
+        name, _, number = value.partition("=")
+        if name not in node_types:
+            known = ", ".join(node_types)
+            raise UsageError(f"--capacity {value}: no node type {name!r}; use one of: {known}")
+        if not number.isdigit():
+            raise UsageError(
+                f"--capacity {value}: write TYPE=N with N a whole number, e.g. {name}=4"
+            )
+        out[name] = int(number)
+    return out

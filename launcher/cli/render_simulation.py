@@ -22,8 +22,10 @@ def render_simulation(console: Console, report: SimulationReport) -> None:
     total = "unknown" if report.total_cost is None else f"${report.total_cost:,.2f}"
     console.print(
         f"Total cost: {total}; peak nodes: {report.peak_nodes} (head included); "
-        f"spot preemptions: {report.preemptions}"
+        f"spot preemptions: {report.preemptions}; capacity failures: {report.capacity_failures}"
     )
+    for name, nodes in sorted(report.fallback_launches.items()):
+        console.print(f"  {nodes} node(s) of {escape(name)} launched as a fallback")
     console.print(
         f"Task wait: p50 {_seconds(report.wait_p50_s)}, p95 "
         f"{_seconds(report.wait_p95_s)}, max {_seconds(report.wait_max_s)}; "

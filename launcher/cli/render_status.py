@@ -63,6 +63,10 @@ def render_autoscaler(console: Console, state: AutoscalerState | None) -> None:
     if state.requested:
         parts.append(f"request_resources: {state.requested} bundle(s)")
     console.print("Demand: " + "; ".join(parts))
+    if state.launching:
+        console.print("Launching: " + ", ".join(f"{n} x {escape(t)}" for t, n in state.launching))
+    for node_type, why in state.unavailable:
+        console.print(f"Not launching {escape(node_type)}: {escape(why)}")
     if state.infeasible:
         console.print(
             "Infeasible (fits no node type): " + ", ".join(_bundle(r) for r in state.infeasible)

@@ -129,6 +129,8 @@ class AutoscalerState:
     infeasible: tuple[dict[str, float], ...]
     decisions: tuple[tuple[float, str], ...]
     raw: dict[str, Any]
+    launching: tuple[tuple[str, int], ...] = ()  # launches in flight: type, count
+    unavailable: tuple[tuple[str, str], ...] = ()  # type, why
 
     @staticmethod
     def parse(text: str | None) -> AutoscalerState | None:
@@ -143,6 +145,12 @@ class AutoscalerState:
                 infeasible=tuple(dict(r) for r in raw["infeasible"]),
                 decisions=tuple((float(d["time"]), str(d["text"])) for d in raw["decisions"]),
                 raw=raw,
+                launching=tuple(
+                    (str(p["node_type"]), int(p["count"])) for p in raw.get("pending_launches", [])
+                ),
+                unavailable=tuple(
+                    (str(k), str(v)) for k, v in sorted(raw.get("unavailable", {}).items())
+                ),
             )
         except (ValueError, KeyError, TypeError):
             return None

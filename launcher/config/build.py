@@ -58,10 +58,19 @@ def build_config(
         head_start_ray_commands=_strings(merged.get("head_start_ray_commands")),
         worker_start_ray_commands=_strings(merged.get("worker_start_ray_commands")),
         metadata=freeze(merged.get("metadata", {})),
+        fallbacks=freeze(_fallbacks(merged)),
         no_restart=bool(merged.get("no_restart", False)),
         source=source,
         warnings=tuple(warnings),
     )
+
+
+def _fallbacks(merged: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    own = (merged.get("metadata") or {}).get("launcher") or {}
+    return {
+        str(name): (str(targets),) if isinstance(targets, str) else _strings(targets)
+        for name, targets in (own.get("fallbacks") or {}).items()
+    }
 
 
 def _node_type(

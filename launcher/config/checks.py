@@ -52,6 +52,7 @@ def check_config(
     if local_files:
         problems += _check_files(merged, cwd)
     problems += _check_docker(merged)
+    problems += _check_fallbacks(merged)
     auth = merged.get("auth")
     if (
         isinstance(auth, Mapping)
@@ -192,3 +193,46 @@ def _check_docker(merged: Mapping[str, Any]) -> Iterator[Problem]:
             'remove the docker section (or set image: "") to run on the hosts',
             severity=Severity.WARNING,
         )
+
+
+def _check_fallbacks(merged: Mapping[str, Any]) -> Iterator[Problem]:
+    """metadata.launcher.fallbacks: every name a node type, never itself, and each fallback
+    a type that can launch workers."""
+    metadata = merged.get("metadata")
+    own = metadata.get("launcher") if isinstance(metadata, Mapping) else None
+    fallbacks = own.get("fallbacks") if isinstance(own, Mapping) else None
+    types = _node_types(merged)
+    if not isinstance(fallbacks, Mapping) or not types:
+        return
+    base: tuple[str, ...] = ("metadata", "launcher", "fallbacks")
+    global_max = as_count(merged.get("max_workers")) or 0
+    head = merged.get("head_node_type")
+    for name, targets in fallbacks.items():
+        if name not in types:
+            yield _unknown_type((*base, name), str(name), types, "a fallback is listed for")
+            continue
+        listed = [targets] if isinstance(targets, str) else targets
+        if not isinstance(listed, list):
+            continue
+        for index, target in enumerate(listed):
+            path = (*base, name) if isinstance(targets, str) else (*base, name, index)
+            if not isinstance(target, str):
+                continue
+            if target not in types:
+                yield _unknown_type(path, target, types, "fallback")
+            elif target == name:
+                yield Problem(path, f"{name} falls back to itself", f"remove {name} from its list")
+            elif effective_max_workers(target, types[target], head, global_max) == 0:
+                yield Problem(
+                    path,
+                    f"fallback {target} can never launch: its max_workers is 0",
+                    f"give {target} a max_workers above 0, or choose another fallback",
+                )
+
+
+def _unknown_type(
+    path: tuple[str | int, ...], name: str, types: Mapping[str, Any], what: str
+) -> Problem:
+    guess = did_you_mean(name, types)
+    fix = f"did you mean `{guess}`?" if guess else "use one of: " + ", ".join(types)
+    return Problem(path, f"{what} {name!r}, which is not in available_node_types", fix)

@@ -118,6 +118,8 @@ class ClusterConfig:
     head_start_ray_commands: tuple[str, ...]
     worker_start_ray_commands: tuple[str, ...]
     metadata: Mapping[str, Any]
+    # metadata.launcher.fallbacks: node type -> types to launch instead, in order.
+    fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     no_restart: bool = False
     source: str | None = None
     warnings: tuple[Problem, ...] = ()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -29,6 +29,7 @@ TAG_STATUS = "launcher-node-status"  # see NodeStatus
 TAG_SETUP_HASH = "launcher-setup-hash"
 TAG_START_HASH = "launcher-start-hash"
 TAG_LAUNCH_ID = "launcher-launch-id"
+TAG_STANDS_IN_FOR = "launcher-stands-in-for"  # launched for this type's min_workers
 
 
 class NodeKind(StrEnum):
@@ -53,7 +54,8 @@ class NodeState(StrEnum):
 
     PENDING = "pending"  # created, not yet usable
     RUNNING = "running"  # usable; Ray may or may not be started on it
-    DEAD = "dead"  # was set up, but its Ray node is gone (killed, preempted)
+    DEAD = "dead"  # was set up, but its Ray node is gone (killed, crashed)
+    PREEMPTED = "preempted"  # the provider took it back (a spot interruption)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class Node:
     state: NodeState
     tags: Mapping[str, str] = field(default_factory=dict)
     created_at: float = 0.0
+    zone: str = ""  # where it runs (an availability zone); "" where there is one place
 
     @property
     def status(self) -> NodeStatus:
@@ -91,9 +94,21 @@ class NodeProvider(ABC):
 
     @abstractmethod
     def create_nodes(
-        self, node_type: NodeType, kind: NodeKind, count: int, tags: Mapping[str, str]
+        self,
+        node_type: NodeType,
+        kind: NodeKind,
+        count: int,
+        tags: Mapping[str, str],
+        avoid_zones: Collection[str] = (),
     ) -> list[Node]:
-        """Start `count` nodes of `node_type`, tagged with `tags` plus cluster, kind and type."""
+        """Start `count` nodes of `node_type`, tagged with `tags` plus cluster, kind and type,
+        in zones other than `avoid_zones`. Raises CapacityError, naming the zones it tried,
+        when capacity runs out (after trying every zone it may use)."""
+
+    def zones(self, node_type: NodeType) -> tuple[str, ...]:
+        """The zones `create_nodes` may place `node_type` in (one "" where there is no
+        choice); the autoscaler counts a type out of capacity when all of them are."""
+        return ("",)
 
     @abstractmethod
     def terminate_nodes(self, node_ids: Sequence[str]) -> None:

@@ -18,12 +18,12 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from launcher.config.model import ClusterConfig, NodeType
-from launcher.errors import ProviderError
+from launcher.errors import CapacityError, ProviderError
 from launcher.paths import cluster_dir, launcher_home
 from launcher.providers.base import (
     TAG_CLUSTER,
@@ -48,6 +48,7 @@ from launcher.runners.local import LocalProcessRunner
 _FIRST_HOST = 2  # 127.0.0.1 is rewritten by Ray to the machine's own address: avoid it
 _LAST_HOST = 254
 DEFAULT_OBJECT_STORE_BYTES = 256 * 2**20
+ZONE = "localhost"
 
 
 class LocalhostProvider(NodeProvider):
@@ -76,13 +77,29 @@ class LocalhostProvider(NodeProvider):
             found.append(self._node(data, data["id"] in raylets))
         return found
 
+    def zones(self, node_type: NodeType) -> tuple[str, ...]:
+        return (ZONE,)
+
     def create_nodes(
-        self, node_type: NodeType, kind: NodeKind, count: int, tags: Mapping[str, str]
+        self,
+        node_type: NodeType,
+        kind: NodeKind,
+        count: int,
+        tags: Mapping[str, str],
+        avoid_zones: Collection[str] = (),
     ) -> list[Node]:
         self.bootstrap()
+        if ZONE in avoid_zones:
+            raise CapacityError(node_type.name, (), "asked to avoid the only zone, localhost")
+        capacity = node_type.node_config.get("simulated_capacity")
+        if isinstance(capacity, int):
+            existing = sum(1 for n in self.nodes() if n.node_type == node_type.name)
+            room = max(0, capacity - existing)
+        else:
+            room = count
         created = []
         with _machine_lock():
-            for _ in range(count):
+            for _ in range(min(count, room)):
                 node_id = f"{kind.value[0]}-{uuid.uuid4().hex[:8]}"
                 home = self.nodes_dir / node_id / "home"
                 home.mkdir(parents=True)
@@ -106,6 +123,13 @@ class LocalhostProvider(NodeProvider):
                 }
                 _write_json(self.nodes_dir / node_id / "node.json", data)
                 created.append(self._node(data, False))
+        if len(created) < count:
+            raise CapacityError(
+                node_type.name,
+                (ZONE,),
+                f"node_config.simulated_capacity is {capacity}; {len(created)} of {count} made",
+                created,
+            )
         return created
 
     def terminate_nodes(self, node_ids: Sequence[str]) -> None:
@@ -194,6 +218,7 @@ class LocalhostProvider(NodeProvider):
             state=state,
             tags=tags,
             created_at=float(data.get("created_at", 0)),
+            zone=ZONE,
         )
 
 

@@ -1,0 +1,341 @@
+"""Spot fallback: the config key, the memory of capacity failures, the planner's choice of
+fallbacks and stand-ins, the executor's batches and retries, and the simulator."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from launcher.autoscaler.backoff import CapacityMemory, TypeBackoff
+from launcher.autoscaler.executor import Executor
+from launcher.autoscaler.planner import NodeView, Settings, Snapshot, TypeInfo, plan
+from launcher.config.loader import parse_config
+from launcher.config.model import ClusterConfig, NodeType
+from launcher.errors import CapacityError, ConfigError, ProviderError
+from launcher.providers.base import TAG_STANDS_IN_FOR, Node, NodeKind, NodeProvider, NodeState
+from launcher.runners.base import CommandRunner
+from tests.conftest import CliResult
+
+SPOT = TypeInfo("spot", {"CPU": 4}, 0, 10, price=0.05, fallbacks=("ondemand",))
+ONDEMAND = TypeInfo("ondemand", {"CPU": 4}, 0, 10, price=0.2)
+BIG = TypeInfo("big", {"CPU": 16}, 0, 10, price=0.7)
+HEAD = NodeView("head", "head", is_head=True, total={"CPU": 1}, available={"CPU": 0})
+
+
+def settings(*types: TypeInfo) -> Settings:
+    chosen = types or (SPOT, ONDEMAND, BIG)
+    return Settings({t.name: t for t in chosen}, max_workers=20, upscaling_speed=100.0)
+
+
+# -- the planner ---------------------------------------------------------------------------
+def test_unavailable_type_falls_back_in_the_listed_order() -> None:
+    demand = (({"CPU": 4}, 3),)
+    normal = plan(Snapshot((HEAD,), pending=demand), settings())
+    assert normal.launch == {"spot": 3}
+    out = plan(
+        Snapshot((HEAD,), pending=demand, unavailable={"spot": "capacity failure in zone-a"}),
+        settings(),
+    )
+    assert out.launch == {"ondemand": 3}
+    texts = [str(d) for d in out.decisions]
+    assert "fallback: spot: capacity failure in zone-a, falling back to ondemand" in texts
+
+
+def test_unavailable_type_without_fallbacks_uses_the_next_type_by_cost() -> None:
+    spot = TypeInfo("spot", {"CPU": 4}, 0, 10, price=0.05)
+    out = plan(
+        Snapshot((HEAD,), pending=(({"CPU": 4}, 2),), unavailable={"spot": "preempted"}),
+        settings(spot, ONDEMAND, BIG),
+    )
+    assert out.launch == {"ondemand": 2}
+    assert not any(d.action == "fallback" for d in out.decisions)
+
+
+def test_full_fallback_moves_on_to_other_types_and_nothing_waits_on_the_unavailable() -> None:
+    small_fallback = TypeInfo("ondemand", {"CPU": 4}, 0, 1, price=0.2)
+    out = plan(
+        Snapshot((HEAD,), pending=(({"CPU": 4}, 3),), unavailable={"spot": "capacity failure"}),
+        settings(SPOT, small_fallback, BIG),
+    )
+    assert out.launch.get("spot", 0) == 0
+    assert out.launch["ondemand"] == 1 and out.launch["big"] == 1
+
+
+def test_min_workers_of_an_unavailable_type_get_stand_ins_that_return_when_it_is_back() -> None:
+    spot = TypeInfo("spot", {"CPU": 4}, 2, 10, price=0.05, fallbacks=("ondemand",))
+    types = settings(spot, ONDEMAND)
+    out = plan(Snapshot((HEAD,), unavailable={"spot": "preempted in zone-a"}), types)
+    assert out.launch == {"ondemand": 2}
+    assert out.stand_ins == {("ondemand", "spot"): 2}
+    assert out.launches() == [("ondemand", 2, "spot")]
+    # Two stand-ins exist: nothing more is launched while spot is out.
+    stand_ins = tuple(
+        NodeView(
+            f"o{i}",
+            "ondemand",
+            total={"CPU": 4},
+            available={"CPU": 4},
+            idle_s=900,
+            stands_in_for="spot",
+        )
+        for i in range(2)
+    )
+    still_out = plan(Snapshot((HEAD, *stand_ins), unavailable={"spot": "preempted"}), types)
+    assert still_out.launch == {} and still_out.terminate == ()
+    # Spot is back: the idle stand-ins leave, and spot's min_workers bring spot nodes back.
+    back = plan(Snapshot((HEAD, *stand_ins)), types)
+    assert [node_id for node_id, _ in back.terminate] == ["o0", "o1"]
+    assert "stands in for spot, which has capacity again" in back.terminate[0][1]
+    after = plan(Snapshot((HEAD,)), types)
+    assert after.launch == {"spot": 2}
+
+
+def test_min_workers_without_fallback_wait_for_capacity() -> None:
+    spot = TypeInfo("spot", {"CPU": 4}, 1, 10, price=0.05)
+    out = plan(Snapshot((HEAD,), unavailable={"spot": "capacity failure"}), settings(spot))
+    assert out.launch == {}
+    assert any("wait for capacity" in str(d) for d in out.decisions)
+
+
+# -- the memory of failures ------------------------------------------------------------------
+def test_capacity_memory_avoids_zones_doubling_and_forgets_on_success() -> None:
+    memory = CapacityMemory(base_s=100, max_s=250)
+    assert memory.failed("spot", "a", 0, "capacity failure") == 100
+    assert memory.avoided_zones("spot", 50) == {"a"}
+    assert memory.unavailable({"spot": ("a", "b")}, 50) == {}  # zone b is still open
+    memory.failed("spot", "b", 50, "capacity failure")
+    assert memory.unavailable({"spot": ("a", "b")}, 60) == {"spot": "capacity failure in a, b"}
+    assert memory.unavailable({"spot": ("a", "b")}, 120) == {}  # a's 100 s are over
+    assert memory.failed("spot", "a", 200, "again") == 200  # doubled
+    assert memory.failed("spot", "a", 200, "again") == 250  # capped
+    memory.succeeded("spot", "a")
+    assert memory.failed("spot", "a", 300, "after success") == 100
+
+
+def test_type_backoff_waits_after_repeated_failures_then_gives_up() -> None:
+    backoff = TypeBackoff("setups failed", after=2, base_s=10, give_up_after=4)
+    assert backoff.failed("w", 0) is None and backoff.blocked(0) == {}
+    assert "waiting 10 s" in (backoff.failed("w", 0) or "")
+    assert backoff.blocked(5) == {"w": 10} and backoff.blocked(11) == {}
+    assert "waiting 20 s" in (backoff.failed("w", 11) or "")
+    assert "not launching it again" in (backoff.failed("w", 40) or "")
+    assert backoff.blocked(10**9) == {"w": float("inf")}
+    backoff.succeeded("w")
+    assert backoff.blocked(10**9) == {}
+
+
+# -- the executor -----------------------------------------------------------------------
+class _Cloud(NodeProvider):
+    """An in-memory provider with two zones, a capacity per (type, zone) and injectable
+    errors: the provider side of the executor's contract, nothing more."""
+
+    def __init__(self, config: ClusterConfig, capacity: Mapping[tuple[str, str], int]) -> None:
+        super().__init__(config)
+        self.capacity = dict(capacity)
+        self.made: list[Node] = []
+        self.calls: list[tuple[str, int, frozenset[str]]] = []
+        self.fail_with: Exception | None = None
+        self.gate = threading.Event()
+        self.gate.set()
+        self.lock = threading.Lock()
+
+    def bootstrap(self) -> None:
+        return None
+
+    def nodes(self) -> list[Node]:
+        return list(self.made)
+
+    def zones(self, node_type: NodeType) -> tuple[str, ...]:
+        return ("zone-a", "zone-b")
+
+    def create_nodes(
+        self,
+        node_type: NodeType,
+        kind: NodeKind,
+        count: int,
+        tags: Mapping[str, str],
+        avoid_zones: Collection[str] = (),
+    ) -> list[Node]:
+        self.gate.wait(10)
+        with self.lock:
+            self.calls.append((node_type.name, count, frozenset(avoid_zones)))
+            if self.fail_with is not None:
+                raise self.fail_with
+            created: list[Node] = []
+            tried = [z for z in self.zones(node_type) if z not in avoid_zones]
+            for zone in tried:
+                while len(created) < count and self.capacity.get((node_type.name, zone), 0) > 0:
+                    self.capacity[node_type.name, zone] -= 1
+                    node = Node(
+                        f"n{len(self.made)}",
+                        kind,
+                        node_type.name,
+                        None,
+                        NodeState.PENDING,
+                        dict(tags),
+                        zone=zone,
+                    )
+                    self.made.append(node)
+                    created.append(node)
+            if len(created) < count:
+                raise CapacityError(node_type.name, tried, "InsufficientInstanceCapacity", created)
+            return created
+
+    def terminate_nodes(self, node_ids: Sequence[str]) -> None:
+        self.made = [n for n in self.made if n.id not in node_ids]
+
+    def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
+        return None
+
+    def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
+        raise NotImplementedError
+
+
+CONFIG = """\
+cluster_name: fb
+max_workers: 40
+provider: {type: localhost}
+metadata:
+  owner: someone
+  launcher: {fallbacks: {spot: [ondemand]}}
+available_node_types:
+  head: {node_config: {}, resources: {CPU: 1}, max_workers: 0}
+  spot: {node_config: {}, resources: {CPU: 4}}
+  ondemand: {node_config: {}, resources: {CPU: 4}}
+head_node_type: head
+"""
+
+
+def _executor(capacity: Mapping[tuple[str, str], int]) -> tuple[Executor, _Cloud, list[str]]:
+    config = parse_config(CONFIG, "fb.yaml")
+    cloud = _Cloud(config, capacity)
+    logged: list[str] = []
+    executor = Executor(cloud, config, lambda text, action: logged.append(text), max_batch=10)
+    return executor, cloud, logged
+
+
+def _settle(executor: Executor) -> list[Node]:
+    deadline = time.monotonic() + 10
+    while executor.pending() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return executor.collect()
+
+
+def test_config_fallbacks_reach_the_planner() -> None:
+    config = parse_config(CONFIG, "fb.yaml")
+    assert config.fallbacks == {"spot": ("ondemand",)}
+    assert config.metadata["owner"] == "someone"
+
+
+def test_config_with_fallbacks_stays_valid_for_ray(ray_examples: Path) -> None:
+    import jsonschema
+    import yaml
+
+    ray_schema = json.loads((ray_examples / "ray-schema.json").read_text())
+    jsonschema.validate(yaml.safe_load(CONFIG), ray_schema)  # raises if Ray would refuse it
+
+
+def test_config_fallback_errors_name_the_key_and_fix() -> None:
+    bad = CONFIG.replace("[ondemand]", "[ondemnd]")
+    with pytest.raises(ConfigError) as caught:
+        parse_config(bad, "fb.yaml")
+    assert "fallbacks" in str(caught.value) and "did you mean `ondemand`" in str(caught.value)
+
+
+def test_launches_run_in_batches_and_count_as_pending_until_listed() -> None:
+    executor, cloud, _ = _executor({("spot", "zone-a"): 100})
+    cloud.gate.clear()
+    executor.launch("spot", 25)
+    assert sorted(p.count for p in executor.pending()) == [5, 10, 10]
+    cloud.gate.set()
+    created = _settle(executor)
+    assert len(created) == 25
+    assert sorted(count for _, count, _ in cloud.calls) == [5, 10, 10]
+    # Created but not listed yet (a cloud's listing lags): still counted by the planner.
+    assert len(executor.unlisted([])) == 25
+    assert executor.unlisted(cloud.nodes()) == []
+
+
+def test_capacity_failure_avoids_the_zone_then_the_type_falls_back() -> None:
+    executor, cloud, logged = _executor({("spot", "zone-a"): 2, ("ondemand", "zone-a"): 10})
+    executor.launch("spot", 3)
+    created = _settle(executor)
+    assert len(created) == 2  # what fit before capacity ran out is kept
+    assert executor.unavailable() == {"spot": "capacity failure in zone-a, zone-b"}
+    assert any("spot: capacity failure in zone-a" in line for line in logged)
+    executor.launch("spot", 1)
+    _settle(executor)
+    assert cloud.calls[-1] == ("spot", 1, frozenset({"zone-a", "zone-b"}))
+
+
+def test_stand_ins_are_tagged_and_preemption_is_remembered() -> None:
+    executor, _, logged = _executor({("ondemand", "zone-a"): 5})
+    executor.launch("ondemand", 2, stands_in_for="spot")
+    created = _settle(executor)
+    assert all(n.tags[TAG_STANDS_IN_FOR] == "spot" for n in created)
+    executor.preempted(
+        Node("s1", NodeKind.WORKER, "spot", None, NodeState.PREEMPTED, zone="zone-b")
+    )
+    assert executor.capacity.avoided_zones("spot", executor.clock()) == {"zone-b"}
+    assert any("s1 was preempted in zone-b" in line for line in logged)
+
+
+def test_other_launch_errors_back_off_the_type() -> None:
+    executor, cloud, logged = _executor({("spot", "zone-a"): 5})
+    cloud.fail_with = ProviderError("UnauthorizedOperation: not allowed")
+    executor.launch("spot", 1)
+    _settle(executor)
+    assert "spot" in executor.blocked()
+    assert any("launch of 1 x spot failed: UnauthorizedOperation" in line for line in logged)
+    cloud.fail_with = None
+    executor.launch("spot", 1)
+    _settle(executor)
+    assert "spot" not in executor.blocked()
+
+
+def test_provider_bug_is_logged_not_raised() -> None:
+    executor, cloud, logged = _executor({})
+    cloud.fail_with = KeyError("boom")
+    executor.launch("spot", 1)
+    assert _settle(executor) == []
+    assert any("KeyError" in line for line in logged)
+
+
+# -- the simulator ----------------------------------------------------------------------
+SIM_CONFIG = """\
+cluster_name: sim
+max_workers: 10
+idle_timeout_minutes: 1
+provider: {type: aws, region: us-east-1}
+metadata: {launcher: {fallbacks: {spot: ondemand}}}
+available_node_types:
+  head: {node_config: {InstanceType: m5.large}, max_workers: 0}
+  spot: {node_config: {InstanceType: m5.xlarge, InstanceMarketOptions: {MarketType: spot}}}
+  ondemand: {node_config: {InstanceType: m5.xlarge}}
+head_node_type: head
+"""
+
+
+def test_simulated_capacity_shortage_launches_the_fallback(
+    write_config: Callable[..., Path], cli_runner: Callable[..., CliResult]
+) -> None:
+    config = write_config(SIM_CONFIG)
+    trace = write_config(
+        '{"t": 0, "resources": {"CPU": 4}, "count": 6, "duration_s": 600}\n', "trace.jsonl"
+    )
+    args = ("simulate", str(config), "--trace", str(trace), "--json", "--launch-delay-s", "5")
+    plain = json.loads(cli_runner(*args).stdout)
+    assert set(plain["node_hours"]) == {"head", "spot"} and plain["fallback_launches"] == {}
+    short = cli_runner(*args, "--capacity", "spot=2")
+    assert short.exit_code == 0, short.stderr
+    report = json.loads(short.stdout)
+    assert report["capacity_failures"] >= 1
+    assert report["fallback_launches"] == {"ondemand": 4}
+    assert report["tasks_never_placed"] == 0
+    bad = cli_runner(*args, "--capacity", "spott=2")
+    assert bad.exit_code == 2 and "no node type 'spott'" in bad.stderr

@@ -3,6 +3,7 @@ fallbacks and stand-ins, the executor's batches and retries, and the simulator."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -12,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from launcher.autoscaler.backoff import CapacityMemory, TypeBackoff
+from launcher.autoscaler.daemon import Daemon
 from launcher.autoscaler.executor import Executor
 from launcher.autoscaler.planner import NodeView, Settings, Snapshot, TypeInfo, plan
+from launcher.autoscaler.spec import STATE_FILE
 from launcher.config.loader import parse_config
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ConfigError, ProviderError
@@ -339,3 +342,69 @@ def test_simulated_capacity_shortage_launches_the_fallback(
     assert report["tasks_never_placed"] == 0
     bad = cli_runner(*args, "--capacity", "spott=2")
     assert bad.exit_code == 2 and "no node type 'spott'" in bad.stderr
+
+
+# -- the daemon's tick, with the in-memory provider (no head, so no Ray and no setup) ------
+def _daemon(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capacity: Mapping[tuple[str, str], int]
+) -> tuple[Daemon, _Cloud]:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    config = parse_config(
+        CONFIG.replace("spot: {node_config: {}", "spot: {min_workers: 2, node_config: {}"),
+        "fb.yaml",
+    )
+    cloud = _Cloud(config, capacity)
+    return Daemon(cloud, config), cloud
+
+
+def _tick(daemon: Daemon) -> None:
+    daemon.tick()
+    _settle(daemon.executor)
+
+
+def test_daemon_replaces_spot_capacity_with_tagged_stand_ins(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    daemon, cloud = _daemon(monkeypatch, tmp_path, {("ondemand", "zone-a"): 5})
+    _tick(daemon)  # min_workers: 2 x spot, which has no capacity anywhere
+    assert [n for n in cloud.made if n.node_type == "spot"] == []
+    _tick(daemon)  # spot is remembered as out: its fallback stands in
+    stand_ins = [n for n in cloud.made if n.node_type == "ondemand"]
+    assert len(stand_ins) == 2 and all(n.tags[TAG_STANDS_IN_FOR] == "spot" for n in stand_ins)
+    _tick(daemon)  # nothing more: the stand-ins count toward spot's min_workers
+    assert len(cloud.made) == 2
+    state = json.loads(Path(STATE_FILE).expanduser().read_text())
+    assert state["unavailable"] == {"spot": "capacity failure in zone-a, zone-b"}
+    texts = [d["text"] for d in state["decisions"]]
+    assert "fallback: spot: capacity failure in zone-a, zone-b, falling back to ondemand" in texts
+
+
+def test_daemon_stops_launching_a_type_whose_setups_keep_failing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    daemon, cloud = _daemon(
+        monkeypatch, tmp_path, {("spot", "zone-a"): 50, ("ondemand", "zone-a"): 50}
+    )
+    for _ in range(3):
+        daemon.setup_backoff.failed("spot", time.monotonic())
+    _tick(daemon)
+    assert {n.node_type for n in cloud.made} == {"ondemand"}  # spot waits; its fallback serves
+    assert "3 setups failed in a row" in daemon._unavailable()["spot"]
+
+
+def test_daemon_replaces_a_preempted_spot_worker_with_its_fallback(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    daemon, cloud = _daemon(
+        monkeypatch, tmp_path, {("spot", "zone-b"): 2, ("ondemand", "zone-a"): 5}
+    )
+    _tick(daemon)
+    assert sorted(n.node_type for n in cloud.made) == ["spot", "spot"]
+    cloud.made = [dataclasses.replace(n, state=NodeState.PREEMPTED) for n in cloud.made]
+    cloud.capacity["spot", "zone-a"] = 0
+    _tick(daemon)  # both terminated; zone-b avoided, zone-a still open: spot is tried there
+    _tick(daemon)  # zone-a has nothing either: now spot is out everywhere
+    _tick(daemon)
+    assert sorted(n.node_type for n in cloud.made) == ["ondemand", "ondemand"]
+    log = Path(STATE_FILE).expanduser().read_text()
+    assert "was preempted in zone-b" in log

@@ -53,6 +53,10 @@ class CapacityError(ProviderError):
         super().__init__(f"{node_type}: no capacity in {where}: {detail}")
 
 
+class HostKeyError(LauncherError):
+    """A node presented a host key other than the one recorded on first contact."""
+
+
 class NodeUpdateError(LauncherError):
     """A node failed to set up: which node, which step, and where its full log is."""
 

@@ -1,0 +1,360 @@
+"""Commands and file copies on a node over SSH (paramiko).
+
+One connection per node, opened on first use and reused for every command and copy; a
+connection that drops is opened again and the interrupted command run again (setup
+commands are meant to be safe to repeat, as in Ray). Commands run in a login shell, so
+PATH set up in the user's profile (conda, pyenv) applies, and environment values are
+passed as shell-quoted `env` arguments, never spliced into the command text.
+
+Host keys are pinned per cluster: the first contact records the node's key in the
+cluster's known_hosts file, and every later connection must present the same key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import re
+import shlex
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TextIO
+
+import paramiko
+
+from launcher.errors import HostKeyError
+from launcher.runners.base import CommandResult, OutputSink
+from launcher.runners.copy import copy_over_rsync, copy_over_sftp, rsync_available
+
+_TAIL_LINES = 20
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# bash prints these when started interactive (-i, to read ~/.bashrc) without a terminal.
+_NOISE = (
+    "bash: cannot set terminal process group",
+    "bash: no job control in this shell",
+)
+COMMAND_ATTEMPTS = 3  # a command whose connection drops is run again, this many times in all
+
+
+@dataclass(frozen=True)
+class SSHTarget:
+    host: str
+    user: str
+    port: int = 22
+    key_path: str | None = None
+    proxy_command: str | None = None
+
+    def __str__(self) -> str:
+        port = "" if self.port == 22 else f":{self.port}"
+        return f"{self.user}@{self.host}{port}"
+
+
+class KnownHosts:
+    """The cluster's known_hosts file: keys recorded on first contact, checked after."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def entry_name(self, target: SSHTarget) -> str:
+        return target.host if target.port == 22 else f"[{target.host}]:{target.port}"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with (self.path.parent / (self.path.name + ".lock")).open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def load(self) -> paramiko.HostKeys:
+        keys = paramiko.HostKeys()
+        if self.path.exists():
+            keys.load(str(self.path))
+        return keys
+
+    def record(self, name: str, key: paramiko.PKey) -> None:
+        """Add `name`'s key unless some key is already recorded for it (then the caller's
+        check against the loaded keys decides)."""
+        with self._locked():
+            keys = self.load()
+            if keys.lookup(name) is not None:
+                return
+            with self.path.open("a") as out:
+                out.write(f"{name} {key.get_name()} {key.get_base64()}\n")
+            self.path.chmod(0o600)
+
+    def forget(self, name: str) -> None:
+        with self._locked():
+            if not self.path.exists():
+                return
+            kept = [
+                line for line in self.path.read_text().splitlines() if line.split(" ")[0] != name
+            ]
+            self.path.write_text("".join(line + "\n" for line in kept))
+
+
+class SSHRunner:
+    """A `CommandRunner` for one node over SSH."""
+
+    def __init__(
+        self,
+        target: SSHTarget,
+        known_hosts: KnownHosts,
+        log_path: Path,
+        base_env: Mapping[str, str] | None = None,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        self.target = target
+        self.known_hosts = known_hosts
+        self.log_path = log_path
+        self.base_env = dict(base_env or {})
+        self.connect_timeout_s = connect_timeout_s
+        self._client: paramiko.SSHClient | None = None
+        self._lock = threading.RLock()
+        self._home: str | None = None
+        self._rsync: bool | None = None
+
+    # -- connection -----------------------------------------------------------------
+    def _connect(self) -> paramiko.SSHClient:
+        with self._lock:
+            if self._client is not None:
+                transport = self._client.get_transport()
+                if transport is not None and transport.is_active():
+                    return self._client
+                self.close()
+            client = paramiko.SSHClient()
+            name = self.known_hosts.entry_name(self.target)
+            for host, entry in self.known_hosts.load().items():
+                for key_type, key in entry.items():
+                    client.get_host_keys().add(host, key_type, key)
+            client.set_missing_host_key_policy(_RecordFirstContact(self.known_hosts))
+            sock = (
+                paramiko.ProxyCommand(self._proxy_command()) if self.target.proxy_command else None
+            )
+            try:
+                client.connect(
+                    self.target.host,
+                    port=self.target.port,
+                    username=self.target.user,
+                    key_filename=str(Path(self.target.key_path).expanduser())
+                    if self.target.key_path
+                    else None,
+                    look_for_keys=self.target.key_path is None,
+                    allow_agent=self.target.key_path is None,
+                    timeout=self.connect_timeout_s,
+                    banner_timeout=self.connect_timeout_s,
+                    auth_timeout=self.connect_timeout_s,
+                    sock=sock,
+                )
+            except paramiko.BadHostKeyException as exc:
+                client.close()
+                raise HostKeyError(
+                    f"{name}: its host key changed since the launcher first connected "
+                    f"(recorded in {self.known_hosts.path}); if the machine was rebuilt, "
+                    f"forget the old key with `ssh-keygen -R '{name}' -f "
+                    f"{self.known_hosts.path}` and run again"
+                ) from exc
+            transport = client.get_transport()
+            if transport is not None:
+                transport.set_keepalive(15)
+            self._client = client
+            return client
+
+    def _proxy_command(self) -> str:
+        command = self.target.proxy_command or ""
+        return command.replace("%h", self.target.host).replace("%p", str(self.target.port))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def check_ready(self) -> str | None:
+        try:
+            self._connect()
+        except HostKeyError:
+            raise
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            return f"ssh {self.target}: {_why(exc)}"
+        return None
+
+    # -- commands -------------------------------------------------------------------
+    def command_line(self, command: str, env: Mapping[str, str] | None = None) -> str:
+        """What is sent to the node: `env` with quoted NAME=value arguments, then a login
+        shell that also reads ~/.bashrc (as Ray's launcher does), running `command`."""
+        merged = {**self.base_env, **(env or {})}
+        for name in merged:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"environment variable name {name!r} is not valid")
+        assignments = [shlex.quote(f"{k}={v}") for k, v in merged.items()]
+        prefix = ["env", *assignments] if assignments else []
+        return " ".join([*prefix, "bash", "--login", "-c", "-i", shlex.quote(command)])
+
+    def run(
+        self,
+        command: str,
+        env: Mapping[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+        echo: OutputSink | None = None,
+        interactive: bool = False,
+    ) -> CommandResult:
+        line = self.command_line(command, env)
+        self._log(f"$ {command}\n")
+        last: Exception | None = None
+        for attempt in range(1, COMMAND_ATTEMPTS + 1):
+            try:
+                return self._run_once(line, timeout, echo)
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                if isinstance(exc, socket.timeout):
+                    raise
+                last = exc
+                self.close()
+                self._log(
+                    f"(connection to {self.target} lost: {_why(exc)}; "
+                    f"attempt {attempt} of {COMMAND_ATTEMPTS})\n"
+                )
+                time.sleep(min(2.0**attempt, 10.0))
+        return CommandResult(255, f"connection to {self.target} kept dropping: {_why(last)}")
+
+    def _run_once(self, line: str, timeout: float | None, echo: OutputSink | None) -> CommandResult:
+        client = self._connect()
+        transport = client.get_transport()
+        assert transport is not None
+        channel = transport.open_session(timeout=self.connect_timeout_s)
+        tail: deque[str] = deque(maxlen=_TAIL_LINES)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with channel, self.log_path.open("a", encoding="utf-8") as log:
+            channel.set_combine_stderr(True)
+            channel.settimeout(1.0)
+            channel.exec_command(line)
+            pending = b""
+            held: bytes | None = None  # the last line waits: an interactive login shell
+            # prints "logout" as it exits, which is not the command's output
+            while True:
+                if deadline is not None and time.monotonic() > deadline:
+                    tail.append(f"(stopped after {timeout:g} s)")
+                    return CommandResult(124, "\n".join(tail))
+                try:
+                    chunk = channel.recv(65536)
+                except TimeoutError:
+                    if transport.is_active():
+                        continue
+                    raise EOFError("the connection closed") from None
+                if not chunk:
+                    break
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for raw in lines:
+                    if held is not None:
+                        self._line(held, log, tail, echo)
+                    held = raw
+            if held is not None and (pending or held.rstrip(b"\r") != b"logout"):
+                self._line(held, log, tail, echo)
+            if pending:
+                self._line(pending, log, tail, echo)
+            if not channel.exit_status_ready() and not transport.is_active():
+                raise EOFError("the connection closed before the command finished")
+            code = channel.recv_exit_status()
+        if code == -1:
+            raise EOFError("the command ended without an exit status")
+        return CommandResult(code, "\n".join(tail))
+
+    def _line(self, raw: bytes, log: TextIO, tail: deque[str], echo: OutputSink | None) -> None:
+        text = raw.decode("utf-8", errors="replace").rstrip("\r")
+        if text.startswith(_NOISE):
+            return
+        log.write(text + "\n")
+        log.flush()
+        tail.append(text)
+        if echo is not None:
+            echo(text)
+
+    def _log(self, text: str) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("a", encoding="utf-8") as log:
+            log.write(text)
+
+    # -- files ----------------------------------------------------------------------
+    def remote_path(self, path: str) -> str:
+        if path == "~" or path.startswith("~/"):
+            return self._remote_home() + path[1:]
+        return path
+
+    def _remote_home(self) -> str:
+        if self._home is None:
+            with self._sftp() as sftp:
+                self._home = sftp.normalize(".")
+        return self._home
+
+    @contextlib.contextmanager
+    def _sftp(self) -> Iterator[paramiko.SFTPClient]:
+        sftp = self._connect().open_sftp()
+        try:
+            yield sftp
+        finally:
+            sftp.close()
+
+    def uses_rsync(self) -> bool:
+        """rsync on both ends (checked once per node)."""
+        if self._rsync is None:
+            self._rsync = rsync_available() and self._quiet("command -v rsync") == 0
+        return self._rsync
+
+    def _quiet(self, command: str) -> int:
+        client = self._connect()
+        _, stdout, _ = client.exec_command(f"sh -c {shlex.quote(command)}")
+        return stdout.channel.recv_exit_status()
+
+    def put(self, local: str, remote: str, *, excludes: tuple[str, ...] = ()) -> None:
+        target = self.remote_path(remote)
+        parent = str(PurePosixPath(target.rstrip("/") or "/").parent)
+        if self._quiet(f"mkdir -p {shlex.quote(parent)}") != 0:
+            raise OSError(f"cannot create {parent} on {self.target}")
+        if self.uses_rsync():
+            copy_over_rsync(self.target, self.known_hosts.path, local, target, excludes, up=True)
+        else:
+            with self._sftp() as sftp:
+                copy_over_sftp(sftp, local, target, excludes, up=True)
+
+    def get(self, remote: str, local: str) -> None:
+        source = self.remote_path(remote)
+        if self.uses_rsync():
+            copy_over_rsync(self.target, self.known_hosts.path, source, local, (), up=False)
+        else:
+            with self._sftp() as sftp:
+                copy_over_sftp(sftp, source, local, (), up=False)
+
+
+class _RecordFirstContact(paramiko.MissingHostKeyPolicy):
+    """paramiko's policy for a host with no recorded key: record it (trust on first use)."""
+
+    def __init__(self, known_hosts: KnownHosts) -> None:
+        self.known_hosts = known_hosts
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        self.known_hosts.record(hostname, key)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+def _why(exc: BaseException | None) -> str:
+    if exc is None:
+        return "unknown error"
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        causes = list(exc.errors.values())
+        if causes and all(isinstance(c, ConnectionRefusedError) for c in causes):
+            return "connection refused (is sshd running and listening there?)"
+        return "; ".join(_why(c) for c in causes) or "cannot connect"
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, ConnectionRefusedError) or "Connection refused" in text:
+        return "connection refused"
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return "timed out"
+    return text

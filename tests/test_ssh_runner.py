@@ -1,0 +1,176 @@
+"""The SSH command runner against real sshd hosts on loopback addresses."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from launcher.errors import HostKeyError
+from launcher.runners.ssh import KnownHosts, SSHRunner, SSHTarget
+from tests.ssh_hosts import SSHHost, authorize, clean_home, ensure_user, make_key, user_home
+
+pytestmark = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")
+
+MakeHost = Callable[..., SSHHost]
+
+
+@pytest.fixture(scope="module")
+def user() -> str:
+    return ensure_user()
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> Path:
+    return make_key(tmp_path / "id_ed25519")
+
+
+@pytest.fixture
+def hosts(tmp_path: Path, user: str, key: Path) -> Iterator[MakeHost]:
+    started: list[SSHHost] = []
+    clean_home(user)
+    authorized = authorize(user, Path(str(key) + ".pub").read_text(), tmp_path)
+
+    def make(number: int, start: bool = True) -> SSHHost:
+        host = SSHHost(f"127.0.5.{number}", tmp_path / f"host{number}", user, authorized)
+        started.append(host)
+        if start:
+            host.start()
+        return host
+
+    yield make
+    for host in started:
+        host.stop()
+    clean_home(user)
+
+
+def _runner(host: SSHHost, key: Path, tmp_path: Path, **kw: object) -> SSHRunner:
+    target = SSHTarget(host.ip, host.user, key_path=str(key))
+    return SSHRunner(target, KnownHosts(tmp_path / "known_hosts"), tmp_path / "node.log", **kw)  # type: ignore[arg-type]
+
+
+def test_runs_commands_on_one_reused_connection_with_env_as_data(
+    hosts: MakeHost, key: Path, tmp_path: Path
+) -> None:
+    host = hosts(2)
+    runner = _runner(host, key, tmp_path)
+    assert runner.check_ready() is None
+    lines: list[str] = []
+    tricky = 'it\'s $HOME; `id`; "quoted" \\ $(rm -rf /)'
+    result = runner.run(
+        'echo "$VALUE"; echo second >&2; exit 3', {"VALUE": tricky}, echo=lines.append
+    )
+    assert result.exit_code == 3
+    assert lines == [tricky, "second"]  # stdout and stderr in order, nothing expanded
+    assert runner.run("true").ok
+    transport = runner._client.get_transport() if runner._client else None
+    assert transport is not None
+    assert runner.run("true").ok and runner._client.get_transport() is transport  # reused
+    log = (tmp_path / "node.log").read_text()
+    assert tricky in log and "job control" not in log
+    with pytest.raises(ValueError, match="not valid"):
+        runner.run("true", {"BAD NAME": "x"})
+
+
+def test_timeout_stops_a_command(hosts: MakeHost, key: Path, tmp_path: Path) -> None:
+    runner = _runner(hosts(2), key, tmp_path)
+    result = runner.run("sleep 30", timeout=1)
+    assert result.exit_code == 124 and "stopped after 1 s" in result.output_tail
+    assert runner.run("echo still fine").ok
+
+
+def test_host_key_is_recorded_then_a_changed_key_is_refused(
+    hosts: MakeHost, key: Path, tmp_path: Path
+) -> None:
+    host = hosts(3)
+    runner = _runner(host, key, tmp_path)
+    assert runner.check_ready() is None
+    known = (tmp_path / "known_hosts").read_text()
+    assert known.startswith("127.0.5.3 ssh-ed25519 ")
+    assert stat.S_IMODE((tmp_path / "known_hosts").stat().st_mode) == 0o600
+    host.new_host_key()
+    again = _runner(host, key, tmp_path)
+    with pytest.raises(HostKeyError) as caught:
+        again.check_ready()
+    assert "host key changed" in str(caught.value) and "ssh-keygen -R '127.0.5.3'" in str(
+        caught.value
+    )
+    KnownHosts(tmp_path / "known_hosts").forget("127.0.5.3")  # the way out the message names
+    assert _runner(host, key, tmp_path).check_ready() is None
+
+
+def test_refused_then_up_and_never_up(hosts: MakeHost, key: Path, tmp_path: Path) -> None:
+    late = hosts(4, start=False)
+    runner = _runner(late, key, tmp_path, connect_timeout_s=1.0)
+    problem = runner.check_ready()
+    assert problem is not None and "127.0.5.4" in problem and "refused" in problem
+    threading.Timer(1.0, late.start).start()
+    deadline = time.monotonic() + 15
+    while runner.check_ready() is not None:
+        assert time.monotonic() < deadline, "host never came up"
+        time.sleep(0.2)
+    assert runner.run("echo up").ok
+
+
+def test_dropped_connection_mid_command_is_reconnected_and_rerun(
+    hosts: MakeHost, key: Path, tmp_path: Path
+) -> None:
+    host = hosts(5)
+    runner = _runner(host, key, tmp_path)
+    assert runner.run("rm -f ~/count").ok
+    threading.Timer(1.5, host.drop_sessions).start()
+    result = runner.run("echo run >> ~/count; sleep 3; echo finished")
+    assert result.ok and "finished" in result.output_tail
+    runs = (user_home(host.user) / "count").read_text().splitlines()
+    assert runs == ["run", "run"]  # the interrupted run, and the one that finished
+    assert "lost" in (tmp_path / "node.log").read_text()
+
+
+def _tree(root: Path) -> dict[str, tuple[str, int, str]]:
+    out = {}
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if path.is_symlink():
+            out[rel] = ("link", 0, os.readlink(path))
+        elif path.is_dir():
+            out[rel] = ("dir", stat.S_IMODE(path.stat().st_mode), "")
+        else:
+            out[rel] = ("file", stat.S_IMODE(path.stat().st_mode), path.read_text())
+    return out
+
+
+def test_rsync_and_sftp_copies_give_the_same_result(
+    hosts: MakeHost, key: Path, tmp_path: Path
+) -> None:
+    host = hosts(6)
+    source = tmp_path / "project"
+    (source / "pkg" / "data").mkdir(parents=True)
+    (source / "pkg" / "mod.py").write_text("x = 1\n")
+    (source / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (source / "run.sh").chmod(0o755)
+    (source / "pkg" / "data" / "big.ckpt").write_text("weights")
+    (source / "notes.txt").write_text("notes")
+    (source / "link").symlink_to("run.sh")
+    home = user_home(host.user)
+    results = {}
+    for mode in ("rsync", "sftp"):
+        runner = _runner(host, key, tmp_path)
+        runner._rsync = mode == "rsync"
+        runner.put(str(source) + "/", f"~/{mode}/contents/", excludes=("*.ckpt",))
+        runner.put(str(source), f"~/{mode}/itself")
+        runner.put(str(source / "notes.txt"), f"~/{mode}/single/renamed.txt")
+        runner.put(str(source / "notes.txt"), f"~/{mode}/intodir/")
+        back = tmp_path / f"back-{mode}"
+        runner.get(f"~/{mode}/contents/", str(back) + "/")
+        results[mode] = (_tree(home / mode), _tree(back))
+    assert results["rsync"] == results["sftp"]
+    remote, back = results["sftp"]
+    assert "contents/pkg/data/big.ckpt" not in remote and "contents/pkg/mod.py" in remote
+    assert "itself/project/run.sh" in remote and remote["itself/project/run.sh"][1] == 0o755
+    assert remote["single/renamed.txt"][2] == "notes" and "intodir/notes.txt" in remote
+    assert back["link"] == ("link", 0, "run.sh")

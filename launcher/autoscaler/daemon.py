@@ -25,7 +25,7 @@ from launcher.autoscaler.executor import Executor
 from launcher.autoscaler.minimum import broken_workers
 from launcher.autoscaler.observe import planner_settings, snapshot
 from launcher.autoscaler.planner import Plan, plan
-from launcher.autoscaler.spec import STATE_FILE, AutoscalerSpec
+from launcher.autoscaler.spec import STARTED_LINE, STATE_FILE, AutoscalerSpec
 from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError
 from launcher.events import Event, NodeProgress
@@ -70,7 +70,7 @@ class Daemon:
         self.preempted: set[str] = set()
 
     def run(self) -> None:
-        log(f"autoscaler for cluster {self.config.cluster_name} started")
+        log(f"{STARTED_LINE} {self.config.cluster_name} started")
         try:
             while not self.stopping.is_set():
                 try:

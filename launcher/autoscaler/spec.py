@@ -20,6 +20,7 @@ SPEC_FILE = f"{HEAD_DIR}/autoscaler.json"
 LOG_FILE = f"{HEAD_DIR}/monitor.log"
 PID_FILE = f"{HEAD_DIR}/monitor.pid"
 STATE_FILE = f"{HEAD_DIR}/autoscaler-state.json"
+STARTED_LINE = "autoscaler for cluster"  # the daemon's first log line begins so
 
 
 @dataclass(frozen=True)

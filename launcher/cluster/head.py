@@ -7,7 +7,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.autoscaler.spec import HEAD_DIR, LOG_FILE, PID_FILE, SPEC_FILE, AutoscalerSpec
+from launcher.autoscaler.spec import (
+    HEAD_DIR,
+    LOG_FILE,
+    PID_FILE,
+    SPEC_FILE,
+    STARTED_LINE,
+    AutoscalerSpec,
+)
 from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError, NoClusterError
 from launcher.paths import node_log
@@ -72,10 +79,17 @@ def ensure_daemon(session: HeadSession, spec: AutoscalerSpec) -> str:
         session.runner.put(str(local), SPEC_FILE)
     python = shlex.quote(session.provider.head_python())
     # `&` on the daemon alone, so the shell holds no pipe of ours open while it runs.
+    # Started once its first log line is written after the lines already there; a daemon
+    # that dies at once is reported with the end of its log.
     start = (
-        f"cd ~ || exit 1; nohup {python} -m launcher.autoscaler --spec {SPEC_FILE} "
-        f">> {LOG_FILE} 2>&1 < /dev/null & echo $! > {PID_FILE}; "
-        f"echo {spec.digest} > {DIGEST_FILE}"
+        f"cd ~ || exit 1; touch {LOG_FILE}; before=$(wc -l < {LOG_FILE}); "
+        f"nohup {python} -m launcher.autoscaler --spec {SPEC_FILE} "
+        f">> {LOG_FILE} 2>&1 < /dev/null & pid=$!; echo $pid > {PID_FILE}; "
+        f"echo {spec.digest} > {DIGEST_FILE}; "
+        "for i in $(seq 150); do "
+        f"tail -n +$((before + 1)) {LOG_FILE} | grep -q '{STARTED_LINE}' && exit 0; "
+        f"kill -0 $pid 2>/dev/null || {{ tail -n +$((before + 1)) {LOG_FILE} | tail -n 20; "
+        "exit 4; }; sleep 0.1; done; echo 'it did not report starting within 15 s'; exit 5"
     )
     result = session.runner.run(start, session.env)
     if not result.ok:

@@ -216,7 +216,7 @@ class _State:
             return None
         priced = any(t.price is not None for t in options)
 
-        def cost(info: TypeInfo) -> tuple[float, float, int, str]:
+        def cost(info: TypeInfo) -> tuple[float, int, float, int, str]:
             per_node = max(1, min(how_many(info.resources, request), count))
             if priced:
                 price = info.price / per_node if info.price is not None else math.inf
@@ -227,7 +227,9 @@ class _State:
                 / max(info.resources.get(k, 0), _EPS)
                 for k in info.resources
             )
-            return price, waste, -info.priority, info.name
+            # Fewest new nodes for the bundles left, then least waste on the last of them.
+            nodes = math.ceil(count / max(1, how_many(info.resources, request)))
+            return price, nodes, waste, -info.priority, info.name
 
         best = min(options, key=cost)
         if best.name not in self.unavailable:

@@ -61,7 +61,8 @@ class Daemon:
             base_s=10.0,
             give_up_after=SETUP_FAILURES_GIVE_UP,
         )
-        self.executor = Executor(provider, config, self._decided)
+        self.wake = threading.Event()  # a launch finished: tick now, to set its nodes up
+        self.executor = Executor(provider, config, self._decided, on_done=self.wake.set)
         self.settings = planner_settings(config, SPECS[config.provider.type], load_prices())
         self.reader: DemandReader | None = None
         self.seen_before: set[str] = set()
@@ -77,7 +78,8 @@ class Daemon:
                     self.tick()
                 except LauncherError as exc:
                     log(f"error: {exc}")
-                self.stopping.wait(self.interval_s)
+                self.wake.wait(self.interval_s)
+                self.wake.clear()
         finally:
             self.executor.shutdown()
         log("autoscaler stopped")
@@ -238,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def stop(signum: int, frame: FrameType | None) -> None:
         daemon.stopping.set()
+        daemon.wake.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

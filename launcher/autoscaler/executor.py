@@ -66,6 +66,7 @@ class Executor:
     )
     max_batch: int = MAX_BATCH
     clock: Callable[[], float] = time.monotonic
+    on_done: Callable[[], None] = lambda: None  # a launch finished (wake the daemon's loop)
 
     def __post_init__(self) -> None:
         self._pool = ThreadPoolExecutor(MAX_CONCURRENT_BATCHES, thread_name_prefix="launch")
@@ -109,6 +110,7 @@ class Executor:
             with self._lock:
                 self._running.pop(pending.id, None)
                 self._done.append(outcome)
+            self.on_done()
 
         return done
 

@@ -121,3 +121,11 @@ class TypeBackoff:
     def blocked(self, now: float) -> dict[str, float]:
         """Types that must not launch now -> until when (inf: given up)."""
         return {name: end for name, end in self.until.items() if end > now}
+
+    def reasons(self, now: float) -> dict[str, str]:
+        """Types that must not launch now -> why, for the planner and `launcher status`."""
+        return {
+            name: f"{self.failures.get(name, 0)} {self.what} in a row, not launched "
+            + ("until the config changes" if end == float("inf") else "for now")
+            for name, end in self.blocked(now).items()
+        }

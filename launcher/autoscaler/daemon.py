@@ -92,10 +92,11 @@ class Daemon:
         listed = self.provider.nodes()
         nodes = listed + self.executor.unlisted(listed)
         head = next((n for n in nodes if n.kind is NodeKind.HEAD), None)
-        for node in nodes:
-            if node.state is NodeState.PREEMPTED and node.id not in self.preempted:
-                self.preempted.add(node.id)
+        preempted = {n.id: n for n in nodes if n.state is NodeState.PREEMPTED}
+        for node_id, node in preempted.items():
+            if node_id not in self.preempted:
                 self.executor.preempted(node)
+        self.preempted = set(preempted)  # each preemption remembered once, while listed
         broken = broken_workers(self.config, nodes, busy)
         for node_id, reason in broken:
             self._decided(f"terminate {node_id}: {reason}", "terminate")
@@ -136,10 +137,8 @@ class Daemon:
         now = time.monotonic()
         out = self.executor.unavailable()
         for backoff in (self.executor.launch_backoff, self.setup_backoff):
-            for name, until in backoff.blocked(now).items():
-                count = backoff.failures.get(name, 0)
-                wait = "until the config changes" if until == float("inf") else "for now"
-                out.setdefault(name, f"{count} {backoff.what} in a row, not launched {wait}")
+            for name, why in backoff.reasons(now).items():
+                out.setdefault(name, why)
         return out
 
     def _demand(self, head: Node | None) -> Demand:

@@ -58,8 +58,7 @@ def snapshot(
         if node.id in leaving:
             continue
         ray = ray_by_ip.get(node.ip or "")
-        declared = config.node_types.get(node.node_type)
-        total = {k: float(v) for k, v in declared.resources.items()} if declared else {}
+        total = _declared(config, node.node_type)
         serving = ray is not None and node.status is NodeStatus.UP_TO_DATE
         if ray is not None:
             total = {k: v for k, v in ray.total.items() if k in total} or total
@@ -78,8 +77,7 @@ def snapshot(
             )
         )
     for launch in pending:
-        declared = config.node_types.get(launch.node_type)
-        total = {k: float(v) for k, v in declared.resources.items()} if declared else {}
+        total = _declared(config, launch.node_type)
         views += [
             NodeView(
                 id=f"launch-{launch.id}-{index}",
@@ -94,3 +92,9 @@ def snapshot(
     return Snapshot(
         tuple(views), demand.pending, demand.gangs, demand.constraints, dict(unavailable or {})
     )
+
+
+def _declared(config: ClusterConfig, type_name: str) -> dict[str, float]:
+    """The resources a node type declares (none for a type no longer in the config)."""
+    declared = config.node_types.get(type_name)
+    return {k: float(v) for k, v in declared.resources.items()} if declared else {}

@@ -91,8 +91,7 @@ def _check_head_type(merged: Mapping[str, Any]) -> list[Problem]:
             )
         ]
     if isinstance(head, str) and head not in types:
-        guess = did_you_mean(head, types)
-        fix = f"did you mean `{guess}`?" if guess else "use one of: " + ", ".join(types)
+        fix = _type_hint(head, types)
         return [Problem(("head_node_type",), f"{head!r} is not in available_node_types", fix)]
     return []
 
@@ -233,6 +232,11 @@ def _check_fallbacks(merged: Mapping[str, Any]) -> Iterator[Problem]:
 def _unknown_type(
     path: tuple[str | int, ...], name: str, types: Mapping[str, Any], what: str
 ) -> Problem:
+    message = f"{what} {name!r}, which is not in available_node_types"
+    return Problem(path, message, _type_hint(name, types))
+
+
+def _type_hint(name: str, types: Mapping[str, Any]) -> str:
+    """The fix for a name that is not a node type: the type it probably meant, or all."""
     guess = did_you_mean(name, types)
-    fix = f"did you mean `{guess}`?" if guess else "use one of: " + ", ".join(types)
-    return Problem(path, f"{what} {name!r}, which is not in available_node_types", fix)
+    return f"did you mean `{guess}`?" if guess else "use one of: " + ", ".join(types)

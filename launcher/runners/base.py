@@ -9,6 +9,13 @@ from typing import Protocol
 OutputSink = Callable[[str], None]
 
 
+def expand_home(path: str, home: Callable[[], str]) -> str:
+    """`~` and `~/...` with the node's home put in (`home` is asked only when needed)."""
+    if path == "~" or path.startswith("~/"):
+        return home() + path[1:]
+    return path
+
+
 @dataclass(frozen=True)
 class CommandResult:
     exit_code: int

@@ -204,5 +204,5 @@ class _Sides:
                 self.sftp.remove(path)
             else:
                 os.remove(path)
-        except (FileNotFoundError, OSError):
+        except OSError:  # nothing there to replace
             pass

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 
-from launcher.runners.base import CommandResult, OutputSink
+from launcher.runners.base import CommandResult, OutputSink, expand_home
 
 _TAIL_LINES = 20
 
@@ -90,9 +90,7 @@ class LocalProcessRunner:
                     echo(line)
 
     def remote_path(self, path: str) -> str:
-        if path == "~" or path.startswith("~/"):
-            return str(self.home) + path[1:]
-        return path
+        return expand_home(path, lambda: str(self.home))
 
     def put(self, local: str, remote: str, *, excludes: tuple[str, ...] = ()) -> None:
         copy_tree_like_rsync(local, self.remote_path(remote), excludes)

@@ -28,7 +28,7 @@ from typing import TextIO
 import paramiko
 
 from launcher.errors import HostKeyError
-from launcher.runners.base import CommandResult, OutputSink
+from launcher.runners.base import CommandResult, OutputSink, expand_home
 from launcher.runners.copy import copy_over_rsync, copy_over_sftp, rsync_available
 
 _TAIL_LINES = 20
@@ -176,9 +176,7 @@ class SSHRunner:
 
     def check_ready(self) -> str | None:
         try:
-            self._connect()
-        except HostKeyError:
-            raise
+            self._connect()  # a HostKeyError is not caught here: waiting cannot fix it
         except (OSError, EOFError, paramiko.SSHException) as exc:
             return f"ssh {self.target}: {_why(exc)}"
         return None
@@ -282,9 +280,7 @@ class SSHRunner:
 
     # -- files ----------------------------------------------------------------------
     def remote_path(self, path: str) -> str:
-        if path == "~" or path.startswith("~/"):
-            return self._remote_home() + path[1:]
-        return path
+        return expand_home(path, self._remote_home)
 
     def _remote_home(self) -> str:
         if self._home is None:

@@ -141,3 +141,68 @@ def test_head_type_without_workers_is_never_launched() -> None:
         settings(types={"head": head_type, "gpu": gpu}),
     )
     assert custom.infeasible == () and custom.launch == {}  # it fits the head, when free
+
+
+def test_group_nodes_are_chosen_for_all_pending_bundles_of_their_shape() -> None:
+    # 16 one-CPU bundles in 4 groups: one cpu16, as for 16 tasks (cheapest per bundle), not
+    # the cpu4 that a single bundle would pick, one per group.
+    gangs = tuple(Gang(({"CPU": 1},) * 4, "PACK", f"g{i}") for i in range(4))
+    assert plan(Snapshot((HEAD,), gangs=gangs), settings()).launch == {"cpu16": 1}
+    # Without prices: the fewest nodes for all 32 pending {CPU: 2}. STRICT_SPREAD needs 4
+    # distinct nodes, and the other groups share them, so 4 x cpu64 rather than 16 x cpu4.
+    unpriced = {
+        "cpu4": TypeInfo("cpu4", {"CPU": 4}, 0, 100),
+        "cpu64": TypeInfo("cpu64", {"CPU": 64}, 0, 100),
+    }
+    spread = tuple(Gang(({"CPU": 2},) * 4, "STRICT_SPREAD", f"s{i}") for i in range(8))
+    result = plan(Snapshot((HEAD,), gangs=spread), settings(types=unpriced))
+    assert result.launch == {"cpu64": 4}
+
+
+def _gpu_node(node_id: str, idle_s: float = 0, gpus_free: float = 1) -> NodeView:
+    return NodeView(
+        node_id,
+        "gpu",
+        total={"CPU": 8, "GPU": 1},
+        available={"CPU": 8, "GPU": gpus_free},
+        idle_s=idle_s,
+    )
+
+
+def _cpu4_node(node_id: str, idle_s: float = 0) -> NodeView:
+    return NodeView(node_id, "cpu4", total={"CPU": 4}, available={"CPU": 4}, idle_s=idle_s)
+
+
+def test_cpu_only_group_leaves_a_gpu_nodes_cpus_to_gpu_work() -> None:
+    # The GPU node is listed first; the group's CPUs go to the CPU node, so the GPU task
+    # that needs all 8 CPUs of the GPU node still fits there and nothing is launched.
+    group = Gang(({"CPU": 2}, {"CPU": 2}), "PACK", "cpu-group")
+    snapshot = Snapshot(
+        (HEAD, _gpu_node("g1"), _cpu4_node("c1")),
+        pending=(({"CPU": 8, "GPU": 1}, 1),),
+        gangs=(group,),
+    )
+    assert plan(snapshot, settings()).launch == {}
+
+
+def test_cpu_tasks_fill_cpu_nodes_before_the_spare_cpus_of_gpu_nodes() -> None:
+    # Both idle past the timeout: the CPU task keeps the CPU node, the GPU node goes.
+    nodes = (HEAD, _gpu_node("g1", idle_s=400), _cpu4_node("c1", idle_s=400))
+    result = plan(Snapshot(nodes, pending=(({"CPU": 4}, 1),)), settings(idle_timeout_s=300))
+    assert result.launch == {}
+    assert [node_id for node_id, _ in result.terminate] == ["g1"]
+    # A CPU node this plan launches (for min_workers) also comes before the GPU node's CPUs.
+    typed = {"cpu4": TypeInfo("cpu4", {"CPU": 4}, 1, 10), "gpu": GPU}
+    launched = plan(
+        Snapshot((HEAD, _gpu_node("g1", idle_s=400)), pending=(({"CPU": 4}, 1),)),
+        settings(types=typed, idle_timeout_s=300),
+    )
+    assert launched.launch == {"cpu4": 1}
+    assert [node_id for node_id, _ in launched.terminate] == ["g1"]
+
+
+def test_cpu_tasks_use_a_gpu_nodes_spare_cpus_when_nothing_else_has_room() -> None:
+    # No CPU node has room: the GPU node's idle CPUs are used rather than launching.
+    busy_gpu = _gpu_node("g1", gpus_free=0)
+    result = plan(Snapshot((HEAD, busy_gpu), pending=(({"CPU": 4}, 2),)), settings())
+    assert result.launch == {}

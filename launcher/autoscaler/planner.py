@@ -4,14 +4,17 @@ launch and which to terminate. Pure: no I/O and no clock; everything arrives in 
 Order of work, each step seeing what the previous ones placed:
 1. min_workers of every type;
 2. placement groups, all bundles or none (STRICT_PACK on one node, STRICT_SPREAD on distinct
-   nodes, PACK/SPREAD anywhere);
+   nodes, PACK/SPREAD anywhere); a bundle that needs a new node gets the type chosen for all
+   pending bundles of its shape, as tasks do;
 3. pending task and actor bundles, grouped by shape, first on free capacity, then on new nodes
-   of the type that costs least per bundle (CPU-only work never picks a GPU type while a
-   CPU-only type fits);
+   of the type that costs least per bundle;
 4. `request_resources` constraints, fitted to the cluster's total (not free) capacity;
 5. `upscaling_speed` caps how many nodes may be starting at once;
 6. idle workers beyond min_workers, untouched by this round's placements, are terminated.
 Demand no node type can ever hold is reported as infeasible and launches nothing.
+In steps 2 to 4, CPU-only work takes free capacity on nodes without GPUs (existing, or
+launched by this plan) before the spare CPUs of GPU nodes, and never gets a GPU type
+launched while a CPU-only type fits it. Free capacity is used first-fit (`packing`).
 
 A type the executor found out of capacity (or just preempted) arrives in
 `Snapshot.unavailable`: it launches nothing, its configured fallbacks are tried first in its
@@ -24,11 +27,36 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-Resources = Mapping[str, float]
-_EPS = 1e-9
+from launcher.autoscaler.packing import (
+    EPS,
+    Packer,
+    Resources,
+    Shape,
+    Slot,
+    fits,
+    how_many,
+    needs_gpu,
+    shape_of,
+)
+
+__all__ = [
+    "MIN_UPSCALING_BURST",
+    "Decision",
+    "Gang",
+    "NodeView",
+    "Plan",
+    "Resources",
+    "Settings",
+    "Snapshot",
+    "TypeInfo",
+    "fits",
+    "how_many",
+    "plan",
+    "show",
+]
 MIN_UPSCALING_BURST = 5  # nodes that may start at once however small the cluster
 
 
@@ -135,38 +163,31 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
-def fits(capacity: Resources, request: Resources) -> bool:
-    return all(capacity.get(k, 0.0) + _EPS >= v for k, v in request.items() if v > 0)
+def _gang_requests(gang: Gang) -> list[Resources]:
+    """What must be placed for a group: its bundles, or for STRICT_PACK their sum on one node."""
+    if gang.strategy != "STRICT_PACK":
+        return list(gang.bundles)
+    total: Counter[str] = Counter()
+    for bundle in gang.bundles:
+        total.update({k: float(v) for k, v in bundle.items()})
+    return [dict(total)]
 
 
-def how_many(capacity: Resources, request: Resources) -> int:
-    """How many copies of `request` fit in `capacity`."""
-    counts = [math.floor((capacity.get(k, 0.0) + _EPS) / v) for k, v in request.items() if v > 0]
-    return min(counts) if counts else 1_000_000
-
-
-def _take(capacity: dict[str, float], request: Resources, times: int = 1) -> None:
-    for key, value in request.items():
-        capacity[key] = capacity.get(key, 0.0) - value * times
-
-
-@dataclass
-class _Slot:
-    """A node's capacity during planning: an existing node, or one this plan launches."""
-
-    node_id: str | None
-    node_type: str
-    free: dict[str, float]
-    total: dict[str, float]
-    is_head: bool = False
-    used: bool = False
+def _pending_by_shape(snapshot: Snapshot) -> Counter[Shape]:
+    """How many bundles of each shape are pending, in groups and as tasks."""
+    pending: Counter[Shape] = Counter()
+    for gang in snapshot.gangs:
+        pending.update(shape_of(r) for r in _gang_requests(gang))
+    for request, count in snapshot.pending:
+        pending[shape_of(request)] += count
+    return pending
 
 
 class _State:
     def __init__(self, snapshot: Snapshot, settings: Settings) -> None:
         self.settings = settings
-        self.slots = [
-            _Slot(
+        self.packer = Packer(
+            Slot(
                 n.id,
                 n.node_type,
                 dict(n.total if n.launching else n.available),
@@ -174,7 +195,7 @@ class _State:
                 n.is_head,
             )
             for n in snapshot.nodes
-        ]
+        )
         self.counts: Counter[str] = Counter(n.node_type for n in snapshot.nodes if not n.is_head)
         self.workers = sum(self.counts.values())
         self.launch: Counter[str] = Counter()
@@ -182,6 +203,13 @@ class _State:
         self.infeasible: list[Resources] = []
         self.unavailable = snapshot.unavailable
         self.fell_back: dict[tuple[str, str], None] = {}  # (type, fallback), in order
+        self.pending = _pending_by_shape(snapshot)  # bundles of each shape not yet placed
+        self._feasible: dict[Shape, bool] = {}
+        self._saved: tuple[Counter[str], int, Counter[str]] | None = None
+
+    @property
+    def slots(self) -> list[Slot]:
+        return self.packer.slots
 
     def room(self, type_name: str) -> int:
         info = self.settings.types[type_name]
@@ -192,14 +220,28 @@ class _State:
             ),
         )
 
-    def add_node(self, type_name: str) -> _Slot:
-        info = self.settings.types[type_name]
-        slot = _Slot(None, type_name, dict(info.resources), dict(info.resources))
-        self.slots.append(slot)
+    def add_node(self, type_name: str) -> int:
+        """Launch one node of `type_name` in this plan; returns its slot's index."""
+        resources = self.settings.types[type_name].resources
         self.counts[type_name] += 1
         self.workers += 1
         self.launch[type_name] += 1
-        return slot
+        return self.packer.add(Slot(None, type_name, dict(resources), dict(resources)))
+
+    def begin(self) -> None:
+        """Start a trial (a placement group) that `rollback` undoes entirely."""
+        self.packer.begin()
+        self._saved = (Counter(self.counts), self.workers, Counter(self.launch))
+
+    def commit(self) -> None:
+        self.packer.commit()
+        self._saved = None
+
+    def rollback(self) -> None:
+        self.packer.rollback()
+        if self._saved is not None:
+            self.counts, self.workers, self.launch = self._saved
+            self._saved = None
 
     def choose_type(self, request: Resources, count: int) -> str | None:
         """The type to launch for `count` bundles of `request`, among those with room."""
@@ -208,7 +250,7 @@ class _State:
             for t in self.settings.types.values()
             if t.max_workers > 0 and fits(t.resources, request)
         ]
-        if not request.get("GPU"):
+        if not needs_gpu(request):
             cpu_only = [t for t in fitting if not t.has_gpu]
             fitting = cpu_only or fitting
         options = [t for t in fitting if self.room(t.name) > 0]
@@ -224,7 +266,7 @@ class _State:
                 price = 0.0
             waste = sum(
                 (info.resources.get(k, 0) - per_node * request.get(k, 0))
-                / max(info.resources.get(k, 0), _EPS)
+                / max(info.resources.get(k, 0), EPS)
                 for k in info.resources
             )
             # Fewest new nodes for the bundles left, then least waste on the last of them.
@@ -254,12 +296,17 @@ class _State:
                 return name
         return None
 
-    def feasible(self, request: Resources) -> bool:
+    def feasible(self, shape: Shape, request: Resources) -> bool:
         """Whether some node could ever hold `request`: a launchable type, or a node that
-        exists (the head's own type may launch no workers at all)."""
-        return any(
-            t.max_workers > 0 and fits(t.resources, request) for t in self.settings.types.values()
-        ) or any(fits(slot.total, request) for slot in self.slots)
+        exists (the head's own type may launch no workers at all). Fixed for a whole plan."""
+        known = self._feasible.get(shape)
+        if known is None:
+            known = any(
+                t.max_workers > 0 and fits(t.resources, request)
+                for t in self.settings.types.values()
+            ) or any(fits(slot.total, request) for slot in self.slots)
+            self._feasible[shape] = known
+        return known
 
 
 def plan(snapshot: Snapshot, settings: Settings) -> Plan:
@@ -330,16 +377,16 @@ def _min_workers(state: _State, nodes: Sequence[NodeView]) -> None:
 
 
 def _place_tasks(state: _State, pending: Iterable[tuple[Resources, int]]) -> None:
-    shapes: Counter[tuple[tuple[str, float], ...]] = Counter()
+    shapes: Counter[Shape] = Counter()
     for request, count in pending:
-        shapes[tuple(sorted((k, float(v)) for k, v in request.items() if v > 0))] += count
+        shapes[shape_of(request)] += count
     # Largest first (GPU work before CPU work), so big bundles are not starved by small ones.
     order = sorted(
         shapes.items(), key=lambda item: (-dict(item[0]).get("GPU", 0), -sum(v for _, v in item[0]))
     )
-    for key, count in order:
-        request = dict(key)
-        if not state.feasible(request):
+    for shape, count in order:
+        request = dict(shape)
+        if not state.feasible(shape, request):
             state.infeasible.append(request)
             state.decisions.append(
                 Decision(
@@ -347,148 +394,122 @@ def _place_tasks(state: _State, pending: Iterable[tuple[Resources, int]]) -> Non
                 )
             )
             continue
-        left = _fill(state.slots, request, count)
-        launched: Counter[str] = Counter()
-        while left > 0:
-            name = state.choose_type(request, left)
-            if name is None:
-                state.decisions.append(
-                    Decision(
-                        "wait",
-                        f"{left} pending bundle(s) of {show(request)}: no node type has room "
-                        f"(max_workers {state.settings.max_workers})",
-                    )
+        left, launched = _place_many(state, state.packer, shape, request, count)
+        state.pending[shape] -= count
+        if left > 0:
+            state.decisions.append(
+                Decision(
+                    "wait",
+                    f"{left} pending bundle(s) of {show(request)}: no node type has room "
+                    f"(max_workers {state.settings.max_workers})",
                 )
-                break
-            slot = state.add_node(name)
-            placed = min(left, how_many(slot.free, request))
-            _take(slot.free, request, placed)
-            slot.used = True
-            left -= placed
-            launched[name] += 1
+            )
         for name, nodes in launched.items():
             state.decisions.append(
                 Decision("launch", f"{count} pending bundle(s) of {show(request)}", name, nodes)
             )
 
 
-def _fill(slots: Sequence[_Slot], request: Resources, count: int) -> int:
-    """Place up to `count` bundles on existing capacity; returns how many are left."""
-    for slot in slots:
-        if count <= 0:
+def _place_many(
+    state: _State, packer: Packer, shape: Shape, request: Resources, count: int
+) -> tuple[int, Counter[str]]:
+    """Place `count` bundles of one shape on `packer`'s free capacity, then on new nodes;
+    returns how many are left and the nodes launched per type. CPU-only work fills the nodes
+    without GPUs, existing or launched by this plan, before the spare CPUs of GPU nodes."""
+    gpu = needs_gpu(request)
+    left = packer.fill(shape, request, count, gpu)
+    if left > 0 and not gpu:
+        left = packer.fill(shape, request, left, True)
+    launched: Counter[str] = Counter()
+    while left > 0:
+        name = state.choose_type(request, left)
+        if name is None:
             break
-        placed = min(count, how_many(slot.free, request))
-        if placed > 0:
-            _take(slot.free, request, placed)
-            slot.used = True
-            count -= placed
-    return count
+        index = state.add_node(name)
+        if packer is not state.packer:  # sizing request_resources on its own copy
+            resources = state.settings.types[name].resources
+            index = packer.add(Slot(None, name, dict(resources), dict(resources)))
+        placed = min(left, how_many(packer.slots[index].free, request))
+        packer.take(index, request, placed)
+        left -= placed
+        launched[name] += 1
+    return left, launched
 
 
 def _place_gang(state: _State, gang: Gang) -> None:
     label = f"placement group {gang.name or ''} ({gang.strategy}, {len(gang.bundles)} bundles)"
-    if gang.strategy == "STRICT_PACK":
-        total: Counter[str] = Counter()
-        for bundle in gang.bundles:
-            total.update({k: float(v) for k, v in bundle.items()})
-        requests: list[Resources] = [dict(total)]
-    else:
-        requests = list(gang.bundles)
-    if not all(state.feasible(r) for r in requests):
+    requests = _gang_requests(gang)
+    shapes = [shape_of(r) for r in requests]
+    if not all(state.feasible(s, r) for s, r in zip(shapes, requests, strict=True)):
         state.infeasible.extend(requests)
         state.decisions.append(Decision("infeasible", f"{label} fits no node type"))
         return
-    distinct = gang.strategy == "STRICT_SPREAD"
-    trial = [
-        _Slot(s.node_id, s.node_type, dict(s.free), s.total, s.is_head, s.used) for s in state.slots
-    ]
-    taken: set[int] = set()
-    new_types: list[str] = []
-    counts, workers = Counter(state.counts), state.workers
-    for request in requests:
-        index = next(
-            (
-                i
-                for i, s in enumerate(trial)
-                if not (distinct and i in taken) and fits(s.free, request)
-            ),
-            None,
-        )
+    skip: set[int] | None = set() if gang.strategy == "STRICT_SPREAD" else None
+    first_new = len(state.slots)
+    state.begin()
+    for position, (shape, request) in enumerate(zip(shapes, requests, strict=True)):
+        index = _gang_slot(state, shape, request, skip or ())
+        state.pending[shape] -= 1
         if index is None:
-            name = state.choose_type(request, 1)
-            info = state.settings.types.get(name or "")
-            if (
-                info is None
-                or counts[info.name] >= info.max_workers
-                or workers >= state.settings.max_workers
-            ):
-                state.decisions.append(Decision("wait", f"{label}: no room for all bundles"))
-                return
-            counts[info.name] += 1
-            workers += 1
-            new_types.append(info.name)
-            trial.append(_Slot(None, info.name, dict(info.resources), dict(info.resources)))
-            index = len(trial) - 1
-        _take(trial[index].free, request)
-        trial[index].used = True
-        taken.add(index)
-    # All bundles found a place: commit.
-    state.slots = trial
-    state.counts, state.workers = counts, workers
-    state.launch.update(new_types)
-    for name, nodes in Counter(new_types).items():
+            state.rollback()
+            state.pending.subtract(shapes[position + 1 :])
+            state.decisions.append(Decision("wait", f"{label}: no room for all bundles"))
+            return
+        state.packer.take(index, request)
+        if skip is not None:
+            skip.add(index)
+    state.commit()  # every bundle found a place
+    for name, nodes in Counter(s.node_type for s in state.slots[first_new:]).items():
         state.decisions.append(Decision("launch", label, name, nodes))
+
+
+def _gang_slot(
+    state: _State, shape: Shape, request: Resources, skip: Collection[int]
+) -> int | None:
+    """Where one bundle of a group goes: free capacity first (for a CPU-only bundle, nodes
+    without GPUs before the spare CPUs of GPU nodes), else a new node of the type that tasks
+    of this shape would get, chosen for all the bundles of this shape still pending."""
+    gpu = needs_gpu(request)
+    index = state.packer.find(shape, request, gpu, skip)
+    if index is None and not gpu:
+        index = state.packer.find(shape, request, True, skip)
+    if index is not None:
+        return index
+    name = state.choose_type(request, max(1, state.pending[shape]))
+    return None if name is None else state.add_node(name)
 
 
 def _place_constraints(state: _State, constraints: Sequence[Resources]) -> None:
     """request_resources: size the cluster's total capacity for these bundles."""
     if not constraints:
         return
-    capacity = [
-        _Slot(s.node_id, s.node_type, dict(s.total), s.total, s.is_head) for s in state.slots
-    ]
-    shapes: Counter[tuple[tuple[str, float], ...]] = Counter(
-        tuple(sorted((k, float(v)) for k, v in c.items() if v > 0)) for c in constraints
+    capacity = Packer(
+        Slot(s.node_id, s.node_type, dict(s.total), s.total, s.is_head) for s in state.slots
     )
-    for key, count in shapes.items():
-        request = dict(key)
-        if not state.feasible(request):
+    shapes: Counter[Shape] = Counter(shape_of(c) for c in constraints)
+    for shape, count in shapes.items():
+        request = dict(shape)
+        if not state.feasible(shape, request):
             state.infeasible.append(request)
             state.decisions.append(
                 Decision("infeasible", f"requested {count} x {show(request)}: fits no node type")
             )
             continue
-        left = _fill(capacity, request, count)
-        for slot in capacity:
-            if slot.used and slot.node_id is not None:
-                _mark_used(state, slot.node_id)
-        launched: Counter[str] = Counter()
-        while left > 0:
-            name = state.choose_type(request, left)
-            if name is None:
-                state.decisions.append(
-                    Decision("wait", f"requested {left} x {show(request)}: no node type has room")
-                )
-                break
-            state.add_node(name)
-            extra = _Slot(None, name, dict(state.settings.types[name].resources), {})
-            placed = min(left, how_many(extra.free, request))
-            _take(extra.free, request, placed)
-            capacity.append(extra)
-            left -= placed
-            launched[name] += 1
+        left, launched = _place_many(state, capacity, shape, request, count)
+        if left > 0:
+            state.decisions.append(
+                Decision("wait", f"requested {left} x {show(request)}: no node type has room")
+            )
         for name, nodes in launched.items():
             state.decisions.append(
                 Decision(
                     "launch", f"request_resources asks for {count} x {show(request)}", name, nodes
                 )
             )
-
-
-def _mark_used(state: _State, node_id: str) -> None:
-    for slot in state.slots:
-        if slot.node_id == node_id:
-            slot.used = True
+    by_id = {s.node_id: s for s in state.slots if s.node_id is not None}
+    for slot in capacity.slots:
+        if slot.used and slot.node_id is not None:
+            by_id[slot.node_id].used = True
 
 
 def _limit_upscaling(

@@ -1,0 +1,152 @@
+"""Capacity bookkeeping for the planner (pure): the slots bundles are placed on, a first-fit
+search that does not rescan nodes already too full for a shape, and trials a placement group
+can roll back.
+
+A slot is the capacity of one node during planning: a node that exists, or one the plan
+launches. Slots with GPUs are kept apart from the others, so that CPU-only work can be
+offered every other node, existing or new, before the spare CPUs of GPU nodes.
+
+Free capacity only shrinks while planning (a rolled-back trial restores it exactly), so for
+each shape a cursor marks how far into a tier every slot is known to be too full for it; a
+search for that shape starts there. Over a whole plan each cursor passes each slot once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+
+Resources = Mapping[str, float]
+Shape = tuple[tuple[str, float], ...]  # a bundle's positive resources, sorted: a dict key
+EPS = 1e-9
+
+
+def shape_of(request: Resources) -> Shape:
+    return tuple(sorted((k, float(v)) for k, v in request.items() if v > 0))
+
+
+def needs_gpu(request: Resources) -> bool:
+    return request.get("GPU", 0) > 0
+
+
+def fits(capacity: Resources, request: Resources) -> bool:
+    return all(capacity.get(k, 0.0) + EPS >= v for k, v in request.items() if v > 0)
+
+
+def how_many(capacity: Resources, request: Resources) -> int:
+    """How many copies of `request` fit in `capacity`."""
+    counts = [math.floor((capacity.get(k, 0.0) + EPS) / v) for k, v in request.items() if v > 0]
+    return min(counts) if counts else 1_000_000
+
+
+@dataclass
+class Slot:
+    """A node's capacity during planning: an existing node, or one this plan launches."""
+
+    node_id: str | None
+    node_type: str
+    free: dict[str, float]
+    total: dict[str, float]
+    is_head: bool = False
+    used: bool = False
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.total.get("GPU", 0) > 0
+
+
+@dataclass
+class _Trial:
+    slots: int  # how many slots there were when it began
+    tiers: tuple[int, int]
+    saved: dict[int, tuple[dict[str, float], bool]] = field(default_factory=dict)
+    cursors: dict[tuple[bool, Shape], int] = field(default_factory=dict)
+
+
+class Packer:
+    """Slots in two tiers (without and with GPUs), first-fit search per tier with a cursor
+    per shape, and an undo log: between `begin` and `rollback`, only the slots and cursors
+    that changed are saved, and slots added since `begin` are dropped on rollback."""
+
+    def __init__(self, slots: Iterable[Slot] = ()) -> None:
+        self.slots: list[Slot] = []
+        self._tiers: tuple[list[int], list[int]] = ([], [])  # indexes: without, with GPUs
+        self._cursors: dict[tuple[bool, Shape], int] = {}
+        self._trial: _Trial | None = None
+        for slot in slots:
+            self.add(slot)
+
+    def add(self, slot: Slot) -> int:
+        index = len(self.slots)
+        self.slots.append(slot)
+        self._tiers[slot.has_gpu].append(index)
+        return index
+
+    def take(self, index: int, request: Resources, times: int = 1) -> None:
+        slot = self.slots[index]
+        trial = self._trial
+        if trial is not None and index < trial.slots and index not in trial.saved:
+            trial.saved[index] = (dict(slot.free), slot.used)
+        for key, value in request.items():
+            slot.free[key] = slot.free.get(key, 0.0) - value * times
+        slot.used = True
+
+    def find(
+        self, shape: Shape, request: Resources, gpu: bool, skip: Collection[int] = ()
+    ) -> int | None:
+        """The first slot of a tier where `request` fits, other than those in `skip`."""
+        tier = self._tiers[gpu]
+        start = position = self._cursors.get((gpu, shape), 0)
+        found = None
+        while position < len(tier):
+            index = tier[position]
+            if fits(self.slots[index].free, request):
+                if index not in skip:
+                    found = index
+                    break
+            elif start == position:  # every slot before it is too full for this shape
+                start += 1
+            position += 1
+        self._move((gpu, shape), start)
+        return found
+
+    def fill(self, shape: Shape, request: Resources, count: int, gpu: bool) -> int:
+        """Place up to `count` bundles first-fit on a tier; returns how many are left."""
+        tier = self._tiers[gpu]
+        position = self._cursors.get((gpu, shape), 0)
+        while count > 0 and position < len(tier):
+            index = tier[position]
+            placed = min(count, how_many(self.slots[index].free, request))
+            if placed > 0:
+                self.take(index, request, placed)
+                count -= placed
+            if count > 0:  # this slot took all it could
+                position += 1
+        self._move((gpu, shape), position)
+        return count
+
+    def _move(self, key: tuple[bool, Shape], position: int) -> None:
+        old = self._cursors.get(key, 0)
+        if old == position:
+            return
+        if self._trial is not None:
+            self._trial.cursors.setdefault(key, old)
+        self._cursors[key] = position
+
+    def begin(self) -> None:
+        self._trial = _Trial(len(self.slots), (len(self._tiers[0]), len(self._tiers[1])))
+
+    def commit(self) -> None:
+        self._trial = None
+
+    def rollback(self) -> None:
+        trial, self._trial = self._trial, None
+        if trial is None:
+            return
+        for index, (free, used) in trial.saved.items():
+            self.slots[index].free, self.slots[index].used = free, used
+        self._cursors.update(trial.cursors)
+        del self.slots[trial.slots :]
+        for tier, length in zip(self._tiers, trial.tiers, strict=True):
+            del tier[length:]

@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spec = AutoscalerSpec.from_json(Path(args.spec).expanduser().read_text())
     config = spec.load_on_head()
-    daemon = Daemon(make_provider(config), config, args.interval)
+    daemon = Daemon(make_provider(config, on_head=True), config, args.interval)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         daemon.stopping.set()

@@ -28,6 +28,8 @@ class AutoscalerSpec:
     config_text: str
     source: str
     overrides: Overrides
+    launcher_digest: str = ""  # of the launcher installed on a remote head (its code changed)
+    head_key: str | None = None  # where `up` put the SSH key the head reaches workers with
 
     def to_json(self) -> str:
         return json.dumps(
@@ -35,6 +37,8 @@ class AutoscalerSpec:
                 "config_text": self.config_text,
                 "source": self.source,
                 "overrides": dataclasses.asdict(self.overrides),
+                "launcher_digest": self.launcher_digest,
+                "head_key": self.head_key,
             },
             sort_keys=True,
         )
@@ -46,11 +50,20 @@ class AutoscalerSpec:
     @staticmethod
     def from_json(text: str) -> AutoscalerSpec:
         data = json.loads(text)
-        return AutoscalerSpec(data["config_text"], data["source"], Overrides(**data["overrides"]))
+        return AutoscalerSpec(
+            data["config_text"],
+            data["source"],
+            Overrides(**data["overrides"]),
+            data.get("launcher_digest", ""),
+            data.get("head_key"),
+        )
 
     def load_on_head(self) -> ClusterConfig:
         config = parse_config(
             self.config_text, self.source, self.overrides, Path.home(), local_files=False
         )
         mounts = {remote: remote for remote in config.file_mounts}
-        return dataclasses.replace(config, file_mounts=mounts)
+        auth = config.auth
+        if self.head_key:
+            auth = dataclasses.replace(auth, ssh_private_key=self.head_key)
+        return dataclasses.replace(config, file_mounts=mounts, auth=auth)

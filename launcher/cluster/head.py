@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,9 +63,9 @@ def daemon_running(session: HeadSession) -> bool:
     return session.runner.run(check, session.env).ok
 
 
-def ensure_daemon(session: HeadSession, spec: AutoscalerSpec) -> str:
-    """Start the autoscaler on the head, or restart it if its spec changed. Returns what
-    was done: "started", "restarted" or "running"."""
+def ensure_daemon(session: HeadSession, spec: AutoscalerSpec, python: str) -> str:
+    """Start the autoscaler on the head with `python` (a shell word), or restart it if its
+    spec changed. Returns what was done: "started", "restarted" or "running"."""
     running = daemon_running(session)
     if running and read_head_file(session, DIGEST_FILE) == spec.digest:
         return "running"
@@ -77,7 +76,6 @@ def ensure_daemon(session: HeadSession, spec: AutoscalerSpec) -> str:
         local.write_text(spec.to_json())
         session.runner.run(f"mkdir -p {HEAD_DIR}", session.env)
         session.runner.put(str(local), SPEC_FILE)
-    python = shlex.quote(session.provider.head_python())
     # `&` on the daemon alone, so the shell holds no pipe of ours open while it runs.
     # Started once its first log line is written after the lines already there; a daemon
     # that dies at once is reported with the end of its log.

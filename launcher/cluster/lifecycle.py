@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -10,6 +12,7 @@ from pathlib import Path
 
 from launcher.autoscaler.spec import AutoscalerSpec
 from launcher.cluster.head import HeadSession, connect, ensure_daemon, stop_daemon
+from launcher.cluster.install import install_on_head, place_ssh_access
 from launcher.cluster.lock import ClusterLock
 from launcher.config.loader import Overrides, parse_config, read_config_file
 from launcher.config.model import ClusterConfig
@@ -29,6 +32,7 @@ class UpOptions:
     no_restart: bool = False
     wait_for_workers: bool = True
     workers_timeout_s: float = 600.0
+    ready_timeout_s: float = 300.0  # how long to wait for a node to accept commands
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ def up(
     with ClusterLock(
         config.cluster_name, "launcher up", on_wait=lambda m: events(Message(m, "warning"))
     ):
-        provider.bootstrap()
+        provider.bootstrap(options.ready_timeout_s)
         head, created = _head(provider, config, events, confirm)
         NodeUpdater(
             provider,
@@ -74,17 +78,38 @@ def up(
             head,
             None,
             UpdateOptions(
-                cwd=Path.cwd(), restart_only=options.restart_only, no_restart=options.no_restart
+                cwd=Path.cwd(),
+                restart_only=options.restart_only,
+                no_restart=options.no_restart,
+                ready_timeout_s=options.ready_timeout_s,
             ),
             events,
         ).run()
         session = connect(config, provider)
-        daemon = ensure_daemon(session, AutoscalerSpec(text, path, overrides))
+        spec = AutoscalerSpec(text, path, overrides)
+        python = shlex.quote(provider.head_python())
+        if provider.installs_launcher_on_head:
+            spec, python = _prepare_remote_head(session, spec, events)
+        daemon = ensure_daemon(session, spec, python)
         events(Message(f"autoscaler {daemon} on the head"))
     workers: tuple[Node, ...] = ()
     if options.wait_for_workers:
         workers = wait_for_min_workers(provider, config, events, options.workers_timeout_s)
     return UpResult(config, session.head, session.env["RAY_ADDRESS"], created, daemon, workers)
+
+
+def _prepare_remote_head(
+    session: HeadSession, spec: AutoscalerSpec, events: EventSink
+) -> tuple[AutoscalerSpec, str]:
+    """Install this launcher on a head that is another machine, and give it SSH access to
+    the workers. Returns the autoscaler's spec and the head's Python to run it with."""
+    config = session.config
+    wheel, outcome = install_on_head(session.runner, session.env)
+    events(Message(f"launcher {outcome} on the head ({wheel.digest})"))
+    key = place_ssh_access(
+        session.runner, session.env, config.cluster_name, config.auth.ssh_private_key
+    )
+    return dataclasses.replace(spec, launcher_digest=wheel.digest, head_key=key), wheel.python
 
 
 def _head(

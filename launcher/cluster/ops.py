@@ -47,10 +47,10 @@ def wrap_session(command: str, *, screen: bool, tmux: bool) -> tuple[str, str | 
 
 @contextlib.contextmanager
 def _forwarded(session: HeadSession, ports: Sequence[tuple[int, int]]) -> Iterator[None]:
-    if not ports or session.head.ip is None:
+    if not ports:
         yield
         return
-    with forwarding(list(ports), session.head.ip):
+    with forwarding(list(ports), session.provider.port_opener(session.head, session.runner)):
         yield
 
 

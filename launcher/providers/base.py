@@ -19,7 +19,9 @@ from enum import StrEnum
 from pathlib import Path
 
 from launcher.config.model import ClusterConfig, NodeType
+from launcher.errors import ProviderError
 from launcher.runners.base import CommandRunner
+from launcher.runners.forward import PortOpener, direct
 
 # Tags every provider stores on its nodes.
 TAG_CLUSTER = "launcher-cluster"
@@ -78,15 +80,25 @@ class Node:
 
 
 class NodeProvider(ABC):
-    """Nodes of one cluster on one provider."""
+    """Nodes of one cluster on one provider.
 
-    def __init__(self, config: ClusterConfig) -> None:
+    `on_head` is True in the autoscaler on the head node, which may reach the nodes by
+    other addresses (or means) than the launcher on the user's machine.
+    """
+
+    # Whether `up` installs the launcher on the head to run the autoscaler there (the head
+    # is another machine); False where the head shares this machine's installation.
+    installs_launcher_on_head = False
+
+    def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         self.config = config
         self.cluster_name = config.cluster_name
+        self.on_head = on_head
 
     @abstractmethod
-    def bootstrap(self) -> None:
-        """Create (or reuse) what the cluster needs before its first node. Idempotent."""
+    def bootstrap(self, wait_s: float = 300.0) -> None:
+        """Create (or reuse) what the cluster needs before its first node. Idempotent.
+        May wait up to `wait_s` for something to become reachable."""
 
     @abstractmethod
     def nodes(self) -> list[Node]:
@@ -129,9 +141,18 @@ class NodeProvider(ABC):
             "LAUNCHER_NODE_ID": node.id,
             "RAY_NODE_TYPE_NAME": node.node_type,
         }
+        if node.ip:
+            env["LAUNCHER_NODE_IP"] = node.ip
         if head is not None and head.ip:
             env["RAY_HEAD_IP"] = head.ip
         return env
+
+    def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
+        """How `-p/--port-forward` reaches a port of `node` (through `runner`'s connection
+        where the provider uses one)."""
+        if not node.ip:
+            raise ProviderError(f"node {node.id} has no address to forward ports to")
+        return direct(node.ip)
 
     def ray_address(self, head: Node) -> str:
         """The address (`ip:port`) of the cluster's Ray GCS, as seen from the head."""

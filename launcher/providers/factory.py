@@ -16,18 +16,21 @@ _IMPLEMENTATIONS: Mapping[str, str] = MappingProxyType(
     {
         "localhost": "launcher.providers.localhost.provider:LocalhostProvider",
         "fake_multinode": "launcher.providers.localhost.provider:LocalhostProvider",
+        "local": "launcher.providers.local.provider:OnPremProvider",
     }
 )
 
 
-def make_provider(config: ClusterConfig) -> NodeProvider:
-    """The NodeProvider for `config`, importing its SDK only now, with an install hint."""
+def make_provider(config: ClusterConfig, on_head: bool = False) -> NodeProvider:
+    """The NodeProvider for `config`, importing its SDK only now, with an install hint.
+    `on_head`: for the autoscaler running on the head node."""
     kind = config.provider.type
     target = _IMPLEMENTATIONS.get(kind)
     if target is None:
         raise UsageError(
             f"the {kind} provider cannot run clusters yet; `launcher validate` and "
-            "`launcher plan` work for it, and `up` works with `provider: type: localhost`"
+            "`launcher plan` work for it, and `up` works with `provider: type: localhost` "
+            "or `local`"
         )
     spec = SPECS[kind]
     module_name, _, class_name = target.partition(":")
@@ -41,5 +44,5 @@ def make_provider(config: ClusterConfig) -> NodeProvider:
             f"the {kind} provider needs {exc.name or 'an SDK'}; install it with "
             f"pip install 'launcher[{extra}]'"
         ) from exc
-    provider: NodeProvider = getattr(module, class_name)(config)
+    provider: NodeProvider = getattr(module, class_name)(config, on_head)
     return provider

@@ -1,4 +1,5 @@
-"""Forward a port on this machine to an address the node can be reached at (TCP)."""
+"""Forward a port on this machine to a port of a node (TCP): each connection accepted here
+is relayed to a stream the provider opens (a direct TCP connection, or an SSH channel)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,24 @@ import contextlib
 import selectors
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
+
+# Opens a stream to the node's port: anything with recv, sendall, close and fileno.
+PortOpener = Callable[[int], Any]
+
+
+def direct(host: str) -> PortOpener:
+    """Streams that are plain TCP connections to `host`."""
+    return lambda port: socket.create_connection((host, port), timeout=10)
 
 
 class TcpForwarder:
-    """Listens on 127.0.0.1:`local_port` and relays each connection to `target`."""
+    """Listens on 127.0.0.1:`local_port` and relays each connection to the node's port."""
 
-    def __init__(self, local_port: int, target_host: str, target_port: int) -> None:
-        self.target = (target_host, target_port)
+    def __init__(self, local_port: int, opener: PortOpener, target_port: int) -> None:
+        self.opener = opener
+        self.target_port = target_port
         self.server = socket.create_server(("127.0.0.1", local_port), reuse_port=False)
         self.server.settimeout(0.2)
         self.stopping = threading.Event()
@@ -39,8 +50,8 @@ class TcpForwarder:
 
     def _relay(self, client: socket.socket) -> None:
         try:
-            upstream = socket.create_connection(self.target, timeout=10)
-        except OSError:
+            upstream = self.opener(self.target_port)
+        except Exception:
             client.close()
             return
         selector = selectors.DefaultSelector()
@@ -62,8 +73,8 @@ class TcpForwarder:
 
 
 @contextlib.contextmanager
-def forwarding(ports: list[tuple[int, int]], target_host: str) -> Iterator[None]:
-    forwarders = [TcpForwarder(local, target_host, remote) for local, remote in ports]
+def forwarding(ports: list[tuple[int, int]], opener: PortOpener) -> Iterator[None]:
+    forwarders = [TcpForwarder(local, opener, remote) for local, remote in ports]
     for forwarder in forwarders:
         forwarder.start()
     try:

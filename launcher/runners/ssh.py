@@ -17,6 +17,7 @@ import fcntl
 import re
 import shlex
 import socket
+import subprocess
 import threading
 import time
 from collections import deque
@@ -29,7 +30,7 @@ import paramiko
 
 from launcher.errors import HostKeyError
 from launcher.runners.base import CommandResult, OutputSink, expand_home
-from launcher.runners.copy import copy_over_rsync, copy_over_sftp, rsync_available
+from launcher.runners.copy import copy_over_rsync, copy_over_sftp, rsync_available, ssh_command
 
 _TAIL_LINES = 20
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -204,13 +205,13 @@ class SSHRunner:
     ) -> CommandResult:
         line = self.command_line(command, env)
         self._log(f"$ {command}\n")
+        if interactive:
+            return self._run_in_terminal(line)
         last: Exception | None = None
         for attempt in range(1, COMMAND_ATTEMPTS + 1):
             try:
                 return self._run_once(line, timeout, echo)
             except (OSError, EOFError, paramiko.SSHException) as exc:
-                if isinstance(exc, socket.timeout):
-                    raise
                 last = exc
                 self.close()
                 self._log(
@@ -219,6 +220,37 @@ class SSHRunner:
                 )
                 time.sleep(min(2.0**attempt, 10.0))
         return CommandResult(255, f"connection to {self.target} kept dropping: {_why(last)}")
+
+    def _run_in_terminal(self, line: str) -> CommandResult:
+        """The command on this terminal (a shell, tmux), through the OpenSSH client with the
+        same key, proxy and pinned host keys; paramiko has no terminal handling of its own."""
+        self._connect()  # records the host key on first contact, refuses a changed one
+        args = [*ssh_command(self.target, self.known_hosts.path), "-tt", self.target.host, line]
+        args[args.index("BatchMode=yes")] = "BatchMode=no"
+        code = subprocess.run([args[0], "-l", self.target.user, *args[1:]], check=False).returncode
+        return CommandResult(code, "")
+
+    def open_tunnel(self, port: int) -> paramiko.Channel:
+        """A stream to `localhost:port` as the node sees it, over this connection."""
+        transport = self._connect().get_transport()
+        assert transport is not None
+        return transport.open_channel("direct-tcpip", ("localhost", port), ("127.0.0.1", 0))
+
+    def capture(self, command: str, timeout: float = 60.0) -> tuple[int, str]:
+        """Run a short `sh` command quietly (not logged, no login shell) and return its
+        exit code and whole standard output: for the launcher's own bookkeeping."""
+        for attempt in range(1, COMMAND_ATTEMPTS + 1):
+            try:
+                client = self._connect()
+                _, stdout, _ = client.exec_command(f"sh -c {shlex.quote(command)}", timeout=timeout)
+                output = stdout.read().decode("utf-8", errors="replace")
+                return stdout.channel.recv_exit_status(), output
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                self.close()
+                if attempt == COMMAND_ATTEMPTS:
+                    raise OSError(f"ssh {self.target}: {_why(exc)}") from exc
+                time.sleep(min(2.0**attempt, 10.0))
+        raise AssertionError("unreachable")
 
     def _run_once(self, line: str, timeout: float | None, echo: OutputSink | None) -> CommandResult:
         client = self._connect()
@@ -303,9 +335,7 @@ class SSHRunner:
         return self._rsync
 
     def _quiet(self, command: str) -> int:
-        client = self._connect()
-        _, stdout, _ = client.exec_command(f"sh -c {shlex.quote(command)}")
-        return stdout.channel.recv_exit_status()
+        return self.capture(command)[0]
 
     def put(self, local: str, remote: str, *, excludes: tuple[str, ...] = ()) -> None:
         target = self.remote_path(remote)

@@ -52,13 +52,13 @@ ZONE = "localhost"
 
 
 class LocalhostProvider(NodeProvider):
-    def __init__(self, config: ClusterConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
+        super().__init__(config, on_head)
         self.root = cluster_dir(self.cluster_name) / "localhost"
         self.nodes_dir = self.root / "nodes"
 
     # -- NodeProvider -------------------------------------------------------------------
-    def bootstrap(self) -> None:
+    def bootstrap(self, wait_s: float = 300.0) -> None:
         self.nodes_dir.mkdir(parents=True, exist_ok=True)
 
     def nodes(self) -> list[Node]:

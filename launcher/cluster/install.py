@@ -1,0 +1,187 @@
+"""Putting the launcher the user runs onto a remote head, so the autoscaler there runs the
+exact same code.
+
+`build_wheel` packs the running installation (the `launcher` package with its schemas, price
+table and defaults) into a wheel named by a digest of its contents. `install_on_head` copies
+it to the head and installs it into a virtual environment of its own (`~/.launcher/venv`)
+that also sees the packages of the head's `python3` (Ray and its dependencies, as the
+user's setup installed them). A head whose environment already holds the same digest is
+left alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.metadata
+import shlex
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import launcher
+from launcher.config.schema import schema_dir
+from launcher.errors import LauncherError
+from launcher.paths import launcher_home
+from launcher.providers.ssh_access import known_hosts_path
+from launcher.runners.base import CommandRunner
+
+VENV = "$HOME/.launcher/venv"
+# What the autoscaler imports on the head; missing ones are installed with pip.
+_NEEDED = ("launcher.autoscaler.daemon", "ray", "yaml", "jsonschema", "paramiko")
+
+
+@dataclass(frozen=True)
+class Wheel:
+    path: Path
+    digest: str
+
+    @property
+    def python(self) -> str:
+        """The head's interpreter with this wheel installed (a shell word: `$HOME` expands)."""
+        return f"{VENV}/bin/python"
+
+
+def _package_files() -> list[tuple[str, bytes]]:
+    """(path in the wheel, contents) of the running launcher, sorted."""
+    package = Path(launcher.__file__).resolve().parent
+    files: dict[str, bytes] = {}
+    for path in package.rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            files[f"launcher/{path.relative_to(package).as_posix()}"] = path.read_bytes()
+    schemas = schema_dir()
+    for path in schemas.rglob("*.json"):
+        files[f"launcher/_schemas/{path.relative_to(schemas).as_posix()}"] = path.read_bytes()
+    return sorted(files.items())
+
+
+def _requirements() -> list[str]:
+    try:
+        required = importlib.metadata.requires("launcher") or []
+    except importlib.metadata.PackageNotFoundError:
+        return []
+    return [r for r in required if "extra ==" not in r]
+
+
+def build_wheel() -> Wheel:
+    """The running launcher as a wheel (built once per content, cached in $LAUNCHER_HOME)."""
+    files = _package_files()
+    hasher = hashlib.sha256()
+    for name, data in files:
+        hasher.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    digest = hasher.hexdigest()[:16]
+    version = f"{launcher.__version__}+{digest}"
+    path = launcher_home() / "wheels" / f"launcher-{version}-py3-none-any.whl"
+    if path.exists():
+        return Wheel(path, digest)
+    info = f"launcher-{version}.dist-info"
+    metadata = [
+        "Metadata-Version: 2.1",
+        "Name: launcher",
+        f"Version: {version}",
+        *(f"Requires-Dist: {r}" for r in _requirements()),
+    ]
+    files += [
+        (f"{info}/METADATA", ("\n".join(metadata) + "\n").encode()),
+        (
+            f"{info}/WHEEL",
+            b"Wheel-Version: 1.0\nGenerator: launcher\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        ),
+        (f"{info}/entry_points.txt", b"[console_scripts]\nlauncher = launcher.cli.main:main\n"),
+    ]
+    record = [f"{name},sha256={_b64_digest(data)},{len(data)}" for name, data in files]
+    record.append(f"{info}/RECORD,,")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as wheel:
+        for name, data in files:
+            wheel.writestr(name, data)
+        wheel.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+    partial.replace(path)
+    return Wheel(path, digest)
+
+
+def _b64_digest(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def _reuse_check(digest: str) -> str:
+    # Cheap on purpose: a no-op `up` runs it every time.
+    return (
+        f'[ "$(cat "{VENV}/.launcher-digest" 2>/dev/null)" = {digest} ] && '
+        f'[ -x "{VENV}/bin/python" ]'
+    )
+
+
+def _install_script(wheel_on_head: str, digest: str) -> str:
+    """Shell run on the head: make the environment and unpack the wheel in it."""
+    checks = shlex.quote("; ".join(f"import {name}" for name in _NEEDED))
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    # The head's own packages (Ray, as setup installed them) stay visible in the venv.
+    site_dirs = (
+        "import sys; print('\\n'.join(p for p in sys.path "
+        "if p.endswith(('site-packages', 'dist-packages'))))"
+    )
+    return "\n".join(
+        [
+            f'V="{VENV}"; W={shlex.quote(wheel_on_head)}',
+            "PY=$(command -v python3 || command -v python) || "
+            '{ echo "no python3 on the PATH of the head"; exit 3; }',
+            'rm -rf "$V" && "$PY" -m venv --without-pip "$V" || exit 4',
+            f'SITE=$("$V/bin/python" -c {shlex.quote(purelib)})',
+            f'"$PY" -c {shlex.quote(site_dirs)} > "$SITE/_launcher_base.pth"',
+            '"$V/bin/python" -m zipfile -e "$W" "$SITE" || exit 5',
+            # Whatever the head lacks comes from pip (needs the network).
+            f'"$V/bin/python" -c {checks} 2>/dev/null || '
+            '"$V/bin/python" -m pip install --quiet "$W" >/dev/null 2>&1',
+            f'"$V/bin/python" -c {checks} 2>&1 | tail -n 1',
+            f'"$V/bin/python" -c {checks} 2>/dev/null || exit 6',
+            f'echo {digest} > "$V/.launcher-digest"; rm -f "$W"',
+        ]
+    )
+
+
+def install_on_head(runner: CommandRunner, env: dict[str, str]) -> tuple[Wheel, str]:
+    """Install the running launcher on the head. Returns the wheel and "reused" or
+    "installed"; raises LauncherError naming what the head lacks."""
+    wheel = build_wheel()
+    if runner.run(_reuse_check(wheel.digest), env).ok:
+        return wheel, "reused"
+    remote = f"~/.launcher/{wheel.path.name}"
+    runner.put(str(wheel.path), remote)
+    result = runner.run(_install_script(runner.remote_path(remote), wheel.digest), env)
+    if not result.ok:
+        detail = result.output_tail.strip().splitlines()[-1:] or [f"exit {result.exit_code}"]
+        raise LauncherError(
+            f"could not install the launcher on the head: {detail[0]}; the autoscaler there "
+            "needs python3 with Ray (`pip install 'ray[default]'` in setup_commands)"
+        )
+    return wheel, "installed"
+
+
+HEAD_KEY = "~/.launcher/head/ssh-key"
+
+
+def place_ssh_access(
+    runner: CommandRunner, env: dict[str, str], cluster_name: str, key: str | None
+) -> str | None:
+    """Give the head what it needs to reach the workers over SSH as the launcher does: the
+    private key (when the config names one) and the host keys pinned so far, merged into
+    the head's own known_hosts. Returns the key's path on the head."""
+    known = known_hosts_path(cluster_name)
+    head_known = f"~/.launcher/clusters/{cluster_name}/known_hosts"
+    if known.exists():
+        runner.put(str(known), f"{head_known}.new")
+        merged = runner.run(
+            f"cd ~/.launcher/clusters/{shlex.quote(cluster_name)} && touch known_hosts && "
+            "sort -u known_hosts known_hosts.new > known_hosts.tmp && chmod 600 known_hosts.tmp "
+            "&& mv known_hosts.tmp known_hosts && rm -f known_hosts.new",
+            env,
+        )
+        if not merged.ok:
+            raise LauncherError(f"could not place the pinned host keys on the head: {merged}")
+    if not key:
+        return None
+    runner.put(str(Path(key).expanduser()), HEAD_KEY)
+    runner.run(f"chmod 600 {HEAD_KEY}", env)
+    return runner.remote_path(HEAD_KEY)

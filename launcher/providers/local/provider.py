@@ -1,0 +1,169 @@
+"""The on-prem provider (`type: local`, as in Ray): the user lists machines, the cluster uses
+them over SSH.
+
+"Creating" a node claims a listed machine (a record on the head, see `records`), and
+"terminating" one stops Ray on it (`ray stop`) and frees the machine. The head is
+`provider.head_ip`, reached from the laptop at `external_head_ip` when given; workers are
+picked from `provider.worker_ips` in the order listed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from launcher.config.model import ClusterConfig, NodeType
+from launcher.errors import CapacityError, ProviderError
+from launcher.paths import node_log
+from launcher.providers.base import (
+    TAG_CLUSTER,
+    TAG_KIND,
+    TAG_STATUS,
+    TAG_TYPE,
+    Node,
+    NodeKind,
+    NodeProvider,
+    NodeState,
+    NodeStatus,
+)
+from launcher.providers.local.records import FileRecords, Record, Records, RemoteRecords
+from launcher.providers.local.spec import OnPremProviderConfig
+from launcher.providers.ssh_access import SSHAccess, wait_for_ssh
+from launcher.runners.base import CommandRunner
+from launcher.runners.forward import PortOpener
+from launcher.runners.ssh import SSHRunner
+
+STOP_RAY_TIMEOUT_S = 60.0
+
+
+class OnPremProvider(NodeProvider):
+    installs_launcher_on_head = True
+
+    def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
+        super().__init__(config, on_head)
+        provider = config.provider
+        assert isinstance(provider, OnPremProviderConfig)
+        if provider.coordinator_address:
+            raise ProviderError(
+                "provider.coordinator_address (Ray's coordinator server) is not supported; "
+                "list the machines in provider.head_ip and provider.worker_ips"
+            )
+        if not provider.head_ip:
+            raise ProviderError("provider.head_ip is not set; name the head machine")
+        self.head_ip = provider.head_ip
+        self.worker_ips = provider.worker_ips
+        # The laptop reaches the head at its external address; the head reaches itself and
+        # the workers at their listed ones.
+        self.head_address = (
+            provider.external_head_ip if provider.external_head_ip and not on_head else self.head_ip
+        )
+        self.ssh = SSHAccess(self.cluster_name, config.auth)
+        self.records: Records = (
+            FileRecords(self.cluster_name)
+            if on_head
+            else RemoteRecords(self.cluster_name, self._head_runner(), self.head_address)
+        )
+
+    def _address(self, ip: str) -> str:
+        return self.head_address if ip == self.head_ip else ip
+
+    def _head_runner(self) -> SSHRunner:
+        return self.ssh.runner(self.head_address, node_log(self.cluster_name, self.head_ip))
+
+    # -- NodeProvider -------------------------------------------------------------------
+    def bootstrap(self, wait_s: float = 300.0) -> None:
+        if self.on_head:
+            return
+        problem = wait_for_ssh(self._head_runner(), wait_s)
+        if problem is not None:
+            raise ProviderError(
+                f"the head machine {self.head_address} did not answer over SSH within "
+                f"{wait_s:g} s (last error: {problem}); check that it is on and that "
+                "provider.head_ip and auth are right"
+            )
+
+    def nodes(self) -> list[Node]:
+        return [self._node(record) for record in self.records.all()]
+
+    def create_nodes(
+        self,
+        node_type: NodeType,
+        kind: NodeKind,
+        count: int,
+        tags: Mapping[str, str],
+        avoid_zones: Collection[str] = (),
+    ) -> list[Node]:
+        candidates = [self.head_ip] if kind is NodeKind.HEAD else list(self.worker_ips)
+        created: list[Node] = []
+        for ip in candidates:
+            if len(created) == count:
+                break
+            record: Record = {
+                "ip": ip,
+                "kind": kind.value,
+                "node_type": node_type.name,
+                "created_at": time.time(),
+                "tags": {
+                    **tags,
+                    TAG_CLUSTER: self.cluster_name,
+                    TAG_KIND: kind.value,
+                    TAG_TYPE: node_type.name,
+                    TAG_STATUS: tags.get(TAG_STATUS, NodeStatus.UNINITIALIZED),
+                },
+            }
+            if self.records.claim(record):
+                created.append(self._node(record))
+        if len(created) < count:
+            raise CapacityError(
+                node_type.name,
+                ("",),
+                f"every machine in provider.worker_ips is in use ({len(candidates)} listed); "
+                f"{len(created)} of {count} claimed",
+                created,
+            )
+        return created
+
+    def terminate_nodes(self, node_ids: Sequence[str]) -> None:
+        known = {record["ip"]: record for record in self.records.all()}
+        for ip in node_ids:
+            if ip not in known:
+                continue
+            runner = self.ssh.runner(self._address(ip), node_log(self.cluster_name, ip))
+            if runner.check_ready() is None:
+                # Best effort: a machine that is off has no Ray to stop.
+                runner.run("ray stop", timeout=STOP_RAY_TIMEOUT_S)
+            self.records.remove(ip)
+
+    def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
+        for record in self.records.all():
+            if record["ip"] == node_id:
+                record["tags"] = {**record.get("tags", {}), **tags}
+                self.records.write(record)
+                return
+
+    def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
+        return self.ssh.runner(self._address(node.id), log_path)
+
+    def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
+        # Through the SSH connection, to the port as the node itself sees it (Ray's
+        # dashboard listens on the node's localhost only).
+        assert isinstance(runner, SSHRunner)
+        return runner.open_tunnel
+
+    def cleanup(self) -> list[str]:
+        if self.records.remove_all():
+            return [f"the record of machines in use on {self.head_address}"]
+        return []
+
+    def _node(self, record: Mapping[str, Any]) -> Node:
+        return Node(
+            id=record["ip"],
+            kind=NodeKind(record["kind"]),
+            node_type=record["node_type"],
+            ip=record["ip"],
+            state=NodeState.RUNNING,
+            tags=dict(record.get("tags", {})),
+            created_at=float(record.get("created_at", 0)),
+        )

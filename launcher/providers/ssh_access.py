@@ -1,0 +1,68 @@
+"""How providers whose nodes are machines reach them: SSH with the config's `auth` section.
+
+One `SSHRunner` (one connection) per node address and log file, kept for the provider's
+lifetime, so the updater, `exec` and the autoscaler's bookkeeping share a connection. Host
+keys are pinned in the cluster's known_hosts file (`$LAUNCHER_HOME/clusters/NAME/known_hosts`;
+on the head, the copy `up` placed there).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from launcher.config.model import AuthConfig
+from launcher.errors import UsageError
+from launcher.paths import cluster_dir
+from launcher.runners.ssh import KnownHosts, SSHRunner, SSHTarget
+
+
+def known_hosts_path(cluster_name: str) -> Path:
+    return cluster_dir(cluster_name) / "known_hosts"
+
+
+class SSHAccess:
+    def __init__(self, cluster_name: str, auth: AuthConfig) -> None:
+        if not auth.ssh_user:
+            raise UsageError("auth.ssh_user is not set; name the user to log in as over SSH")
+        self.auth = auth
+        self.user = auth.ssh_user
+        self.known_hosts = KnownHosts(known_hosts_path(cluster_name))
+        self._runners: dict[tuple[str, Path], SSHRunner] = {}
+        self._lock = threading.Lock()
+
+    def target(self, host: str) -> SSHTarget:
+        return SSHTarget(
+            host,
+            self.user,
+            key_path=self.auth.ssh_private_key,
+            proxy_command=self.auth.ssh_proxy_command,
+        )
+
+    def runner(self, host: str, log_path: Path) -> SSHRunner:
+        with self._lock:
+            runner = self._runners.get((host, log_path))
+            if runner is None:
+                runner = SSHRunner(self.target(host), self.known_hosts, log_path)
+                self._runners[(host, log_path)] = runner
+            return runner
+
+    def close(self) -> None:
+        with self._lock:
+            for runner in self._runners.values():
+                runner.close()
+            self._runners.clear()
+
+
+def wait_for_ssh(runner: SSHRunner, timeout_s: float) -> str | None:
+    """Wait, with backoff, until `runner`'s node accepts SSH. None when it does, else the
+    last reason it did not (after `timeout_s`)."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.2
+    while (problem := runner.check_ready()) is not None:
+        if time.monotonic() + delay > deadline:
+            return problem
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
+    return None

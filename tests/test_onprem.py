@@ -8,10 +8,13 @@ subprocess); the autoscaler runs on the head from the wheel `up` installs there.
 from __future__ import annotations
 
 import os
+import pty
+import select
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,8 +49,13 @@ file_mounts:
   ~/data: {data}
   ~/single.txt: {data}/a.txt
 rsync_exclude: ["*.skip"]
+rsync_filter: [".gitignore"]
+file_mounts_sync_continuously: true
+cluster_synced_files: [~/shared]
 setup_commands:
   - echo "setup on $LAUNCHER_NODE_IP" >> ~/setup.log
+head_setup_commands:
+  - mkdir -p ~/shared && echo made-on-the-head > ~/shared/h.txt
 head_start_ray_commands:
   - ray stop
   - ray start --head --port=6379 --include-dashboard=false RAY_OPTIONS
@@ -82,6 +90,8 @@ class Cluster:
         (self.data / "b.skip").write_text("excluded\n")
         (self.data / "sub").mkdir()
         (self.data / "sub" / "c.txt").write_text("gamma\n")
+        (self.data / ".gitignore").write_text("*.log\n")
+        (self.data / "sub" / "run.log").write_text("ignored\n")
         self.path = tmp / "cluster.yaml"
         self.path.write_text(CONFIG.replace("{key}", str(key)).replace("{data}", str(self.data)))
         self.env = {**os.environ, "LAUNCHER_HOME": str(tmp / "launcher-home")}
@@ -108,6 +118,8 @@ def test_up_sets_up_head_and_three_workers_over_ssh(cluster: Cluster) -> None:
         assert host.path("~/data/a.txt").read_text() == "alpha\n", ip
         assert host.path("~/data/sub/c.txt").read_text() == "gamma\n", ip
         assert not host.path("~/data/b.skip").exists(), ip
+        assert not host.path("~/data/sub/run.log").exists(), ip
+        assert host.path("~/shared/h.txt").read_text() == "made-on-the-head\n", ip
         assert host.path("~/single.txt").read_text() == "alpha\n", ip
         assert host.path("~/setup.log").read_text() == f"setup on {ip}\n"
     counted = cluster.run("exec", str(cluster.path), COUNT_NODES)
@@ -150,6 +162,68 @@ def test_exec_submit_and_rsync(cluster: Cluster, tmp_path: Path) -> None:
     got = cluster.run("rsync-down", str(cluster.path), "~/uploaded/", f"{back}/")
     assert got.returncode == 0, got.stderr
     assert (back / "x.txt").read_text() == "x\n"
+
+
+def test_changed_mounts_reach_every_node_without_setup(cluster: Cluster) -> None:
+    (cluster.data / "a.txt").write_text("changed\n")
+    result = cluster.run("up", "-y", str(cluster.path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert cluster.hosts[HEAD_IP].path("~/data/a.txt").read_text() == "changed\n"
+    deadline = time.monotonic() + 90  # the autoscaler copies them to workers every 10 s
+    while time.monotonic() < deadline:
+        copies = {h.path("~/data/a.txt").read_text() for h in cluster.hosts.values()}
+        if copies == {"changed\n"}:
+            break
+        time.sleep(1)
+    assert copies == {"changed\n"}
+    for ip, host in cluster.hosts.items():
+        assert host.path("~/setup.log").read_text() == f"setup on {ip}\n", ip
+
+
+def test_attach_opens_a_shell_on_the_head(cluster: Cluster) -> None:
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the launcher on a terminal
+        os.execve(
+            sys.executable,
+            [sys.executable, "-m", "launcher", "attach", str(cluster.path)],
+            cluster.env,
+        )
+    os.write(fd, b"echo on-$LAUNCHER_NODE_IP-$((6 * 7)); exit 3\n")
+    output = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 1)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+    _, status = os.waitpid(pid, 0)
+    assert f"on-{HEAD_IP}-42" in output.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 3
+
+
+def test_port_forward_reaches_a_port_on_the_head(cluster: Cluster) -> None:
+    serve = "timeout 8 python3 -m http.server 8765 --bind 127.0.0.1 --directory ~/data"
+    got: list[str] = []
+
+    def fetch() -> None:
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and not got:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:18765/sub/c.txt", timeout=2) as r:
+                    got.append(r.read().decode())
+            except OSError:
+                time.sleep(0.3)
+
+    fetcher = threading.Thread(target=fetch)
+    fetcher.start()
+    cluster.run("exec", "-p", "18765:8765", str(cluster.path), serve, timeout=60)
+    fetcher.join()
+    assert got == ["gamma\n"]
 
 
 def test_status_lists_the_machines_in_use(cluster: Cluster) -> None:

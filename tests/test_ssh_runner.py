@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import HostKeyError
+from launcher.runners.filters import filter_excludes
 from launcher.runners.ssh import KnownHosts, SSHRunner, SSHTarget
 from tests.ssh_hosts import SSHHost, authorize, clean_home, ensure_user, make_key, user_home
 
@@ -156,12 +157,30 @@ def test_rsync_and_sftp_copies_give_the_same_result(
     (source / "pkg" / "data" / "big.ckpt").write_text("weights")
     (source / "notes.txt").write_text("notes")
     (source / "link").symlink_to("run.sh")
+    # rsync_filter: .gitignore files, at the root and below it
+    (source / ".gitignore").write_text("# comment\n*.log\nbuild/\n/top-only.txt\n")
+    (source / "top-only.txt").write_text("ignored at the root")
+    (source / "pkg" / "top-only.txt").write_text("kept: the rule is anchored at the root")
+    (source / "pkg" / ".gitignore").write_text("data/local.txt\n")
+    (source / "pkg" / "data" / "local.txt").write_text("ignored below pkg")
+    (source / "pkg" / "x.log").write_text("ignored anywhere")
+    (source / "pkg" / "build").mkdir()
+    (source / "pkg" / "build" / "out.o").write_text("ignored directory")
+    (source / "build.txt").write_text("kept: build/ matches directories only")
+    filtered = filter_excludes(source, (".gitignore",))
+    assert filtered == (
+        "/top-only.txt",
+        "/pkg/x.log",
+        "/pkg/build",
+        "/pkg/data/local.txt",
+    )
     home = user_home(host.user)
     results = {}
     for mode in ("rsync", "sftp"):
         runner = _runner(host, key, tmp_path)
         runner._rsync = mode == "rsync"
         runner.put(str(source) + "/", f"~/{mode}/contents/", excludes=("*.ckpt",))
+        runner.put(str(source) + "/", f"~/{mode}/filtered/", excludes=filtered)
         runner.put(str(source), f"~/{mode}/itself")
         runner.put(str(source / "notes.txt"), f"~/{mode}/single/renamed.txt")
         runner.put(str(source / "notes.txt"), f"~/{mode}/intodir/")
@@ -174,3 +193,17 @@ def test_rsync_and_sftp_copies_give_the_same_result(
     assert "itself/project/run.sh" in remote and remote["itself/project/run.sh"][1] == 0o755
     assert remote["single/renamed.txt"][2] == "notes" and "intodir/notes.txt" in remote
     assert back["link"] == ("link", 0, "run.sh")
+    kept = {name for name in remote if name.startswith("filtered/")}
+    assert kept == {
+        "filtered/.gitignore",
+        "filtered/build.txt",
+        "filtered/link",
+        "filtered/notes.txt",
+        "filtered/run.sh",
+        "filtered/pkg",
+        "filtered/pkg/.gitignore",
+        "filtered/pkg/mod.py",
+        "filtered/pkg/data",
+        "filtered/pkg/top-only.txt",
+        "filtered/pkg/data/big.ckpt",
+    }

@@ -35,7 +35,8 @@ from launcher.providers.factory import make_provider
 from launcher.providers.registry import SPECS
 from launcher.updater.updater import NodeUpdater, UpdateOptions
 
-MAX_PARALLEL_SETUPS = 8
+MAX_PARALLEL_SETUPS = 32  # setups wait on SSH and the nodes, not on this machine
+RESYNC_INTERVAL_S = 10.0  # file_mounts_sync_continuously: how often workers get the mounts
 SETUP_FAILURES_BEFORE_BACKOFF = 3
 SETUP_FAILURES_GIVE_UP = 8  # a type failing setup this often in a row is not replaced again
 
@@ -69,6 +70,7 @@ class Daemon:
         self.seen_now: set[str] = set()
         self.recent: list[dict[str, object]] = []
         self.preempted: set[str] = set()
+        self.last_resync = 0.0
 
     def run(self) -> None:
         log(f"{STARTED_LINE} {self.config.cluster_name} started")
@@ -122,14 +124,24 @@ class Daemon:
         if head is None:
             return
         gone = set(terminate)
+        resync = self._resync_due()
         for node in nodes:  # the listing plus launched nodes not listed yet
-            if (
-                node.kind is NodeKind.WORKER
-                and node.status is NodeStatus.UNINITIALIZED
-                and node.id not in busy
-                and node.id not in gone
-            ):
+            if node.kind is not NodeKind.WORKER or node.id in busy or node.id in gone:
+                continue
+            if node.status is NodeStatus.UNINITIALIZED:
                 self._start_update(node.id, head.id)
+            elif resync and node.status is NodeStatus.UP_TO_DATE:
+                self._start_update(node.id, head.id, files_only=True)
+
+    def _resync_due(self) -> bool:
+        """file_mounts_sync_continuously: time to copy the head's file mounts to workers."""
+        if not self.config.file_mounts_sync_continuously:
+            return False
+        now = time.monotonic()
+        if now - self.last_resync < RESYNC_INTERVAL_S:
+            return False
+        self.last_resync = now
+        return True
 
     def _unavailable(self) -> dict[str, str]:
         """Types the planner must not launch now -> why: out of capacity, or waiting after
@@ -193,13 +205,16 @@ class Daemon:
         temporary.write_text(json.dumps(state))
         temporary.replace(path)
 
-    def _start_update(self, node_id: str, head_id: str) -> None:
+    def _start_update(self, node_id: str, head_id: str, files_only: bool = False) -> None:
         with self.lock:
             running = self.updating.get(node_id)
             if len(self.updating) >= MAX_PARALLEL_SETUPS or (running and running.is_alive()):
                 return
             thread = threading.Thread(
-                target=self._update, args=(node_id, head_id), name=f"update-{node_id}", daemon=True
+                target=self._sync if files_only else self._update,
+                args=(node_id, head_id),
+                name=f"update-{node_id}",
+                daemon=True,
             )
             self.updating[node_id] = thread
         thread.start()
@@ -222,6 +237,19 @@ class Daemon:
                 self._decided(what_next, "backoff")
             return
         self.setup_backoff.succeeded(node.node_type)
+
+    def _sync(self, node_id: str, head_id: str) -> None:
+        nodes = {n.id: n for n in self.provider.nodes()}
+        node, head = nodes.get(node_id), nodes.get(head_id)
+        if node is None:
+            return
+        updater = NodeUpdater(
+            self.provider, self.config, node, head, UpdateOptions(cwd=Path.home()), self._on_event
+        )
+        try:
+            updater.sync_files()
+        except LauncherError as exc:
+            log(f"{node_id}: syncing file mounts failed: {exc}")
 
     def _on_event(self, event: Event) -> None:
         if isinstance(event, NodeProgress) and (event.done or event.failed):

@@ -25,6 +25,7 @@ from launcher.providers.base import Node, NodeKind
 from launcher.providers.factory import make_provider
 from launcher.runners.base import OutputSink
 from launcher.runners.forward import forwarding
+from launcher.updater.updater import upload_excludes
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,12 @@ def attach(
 def rsync(config: ClusterConfig, source: str, target: str, *, up: bool) -> None:
     session = connect(config)
     if up:
-        session.runner.put(source, target, excludes=config.rsync_exclude)
+        local = Path(source).expanduser()
+        if local.is_dir() and not source.endswith("/"):
+            # The directory itself: as its contents into target/NAME, so that excludes
+            # anchored at the copy's root mean the same to rsync and to SFTP.
+            source, target = f"{source}/", f"{target.rstrip('/')}/{local.name}/"
+        session.runner.put(source, target, excludes=upload_excludes(config, local))
     else:
         session.runner.get(source, target)
 

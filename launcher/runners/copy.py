@@ -80,13 +80,18 @@ def _bracket(host: str) -> str:
 
 
 def _excluded(relative: str, excludes: tuple[str, ...]) -> bool:
+    """rsync's rule: a pattern starting with `/` is anchored at the copy's root, another
+    pattern holding a `/` matches the end of the path, a plain one matches the name."""
     name = relative.rsplit("/", 1)[-1]
     for pattern in excludes:
-        anchored = pattern.strip("/")
-        if "/" in anchored:
-            if fnmatch.fnmatch(relative, anchored):
+        stripped = pattern.strip("/")
+        if pattern.startswith("/"):
+            if fnmatch.fnmatch(relative, stripped):
                 return True
-        elif fnmatch.fnmatch(name, anchored):
+        elif "/" in stripped:
+            if fnmatch.fnmatch(relative, stripped) or fnmatch.fnmatch(relative, "*/" + stripped):
+                return True
+        elif fnmatch.fnmatch(name, stripped):
             return True
     return False
 

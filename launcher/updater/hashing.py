@@ -1,7 +1,8 @@
 """Fingerprints of what the updater applies, so an unchanged node is skipped.
 
-The setup hash covers file mount contents and the commands before Ray starts; the start
-hash covers the start commands and the node's resources. Both are stored as node tags.
+The setup hash covers file mount contents (unless they sync continuously) and the commands
+before Ray starts; the start hash covers the start commands and the node's resources. Both
+are stored as node tags.
 """
 
 from __future__ import annotations
@@ -26,8 +27,12 @@ class NodeHashes:
 
 def node_hashes(config: ClusterConfig, node_type: str, *, head: bool, cwd: Path) -> NodeHashes:
     commands = config.commands_for(node_type, head=head)
+    # Synced continuously, a mount's contents are copied on every update and do not make
+    # setup run again (as in Ray); only which mounts there are does.
     mounts = {
-        remote: contents_hash(cwd / Path(local).expanduser())
+        remote: "synced"
+        if config.file_mounts_sync_continuously
+        else contents_hash(cwd / Path(local).expanduser())
         for remote, local in sorted(config.file_mounts.items())
     }
     setup = _digest(

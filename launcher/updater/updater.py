@@ -27,6 +27,7 @@ from launcher.providers.base import (
     NodeStatus,
 )
 from launcher.runners.base import CommandRunner
+from launcher.runners.filters import filter_excludes
 from launcher.updater.hashing import NodeHashes, node_hashes
 
 
@@ -41,6 +42,12 @@ class UpdateSteps:
         return not (self.sync_files or self.setup or self.start_ray)
 
 
+def upload_excludes(config: ClusterConfig, source: Path) -> tuple[str, ...]:
+    """What a copy of directory `source` to a node leaves out: `rsync_exclude`, and the
+    files that `rsync_filter`'s ignore files name."""
+    return config.rsync_exclude + filter_excludes(source, config.rsync_filter)
+
+
 def decide_steps(
     tags: Mapping[str, str],
     hashes: NodeHashes,
@@ -48,8 +55,10 @@ def decide_steps(
     ray_running: bool,
     restart_only: bool = False,
     no_restart: bool = False,
+    sync_always: bool = False,
 ) -> UpdateSteps:
-    """What a node needs, from what was last applied to it (its tags)."""
+    """What a node needs, from what was last applied to it (its tags). `sync_always`
+    (file_mounts_sync_continuously): file mounts are copied even when nothing changed."""
     up_to_date = tags.get(TAG_STATUS) == NodeStatus.UP_TO_DATE
     setup_changed = not up_to_date or tags.get(TAG_SETUP_HASH) != hashes.setup
     start_changed = tags.get(TAG_START_HASH) != hashes.start
@@ -57,7 +66,7 @@ def decide_steps(
         return UpdateSteps(sync_files=True, setup=False, start_ray=True)
     setup = setup_changed
     start = not ray_running or ((setup or start_changed) and not no_restart)
-    return UpdateSteps(sync_files=setup, setup=setup, start_ray=start)
+    return UpdateSteps(sync_files=setup or sync_always, setup=setup, start_ray=start)
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,7 @@ class NodeUpdater:
             and self.node.status is NodeStatus.UP_TO_DATE,
             restart_only=self.options.restart_only,
             no_restart=self.options.no_restart,
+            sync_always=self.config.file_mounts_sync_continuously,
         )
         if steps.nothing:
             self._emit("up to date (nothing to do)", done=True)
@@ -176,12 +186,17 @@ class NodeUpdater:
                 last = result.output_tail.splitlines()[-1:] or [""]
                 raise self._fail(f"`{command}` exited with {result.exit_code}: {last[0]}")
 
+    def sync_files(self) -> None:
+        """Only copy the file mounts (and cluster_synced_files) again; no commands run."""
+        self._current = "syncing files"
+        self._sync_files()
+
     def _sync_files(self) -> None:
-        excludes = self.config.rsync_exclude
         try:
             for remote, local in sorted(self.config.file_mounts.items()):
                 source = self.options.cwd / Path(local).expanduser()
                 if source.is_dir():
+                    excludes = upload_excludes(self.config, source)
                     self.runner.put(str(source) + "/", remote.rstrip("/") + "/", excludes=excludes)
                 else:
                     self.runner.put(str(source), remote)

@@ -225,9 +225,7 @@ class Daemon:
         if node is None:
             return
         log(f"setting up {node_id} ({node.node_type}, {node.ip})")
-        updater = NodeUpdater(
-            self.provider, self.config, node, head, UpdateOptions(cwd=Path.home()), self._on_event
-        )
+        updater = self._updater(node, head)
         try:
             updater.run()
         except LauncherError as exc:
@@ -240,16 +238,18 @@ class Daemon:
 
     def _sync(self, node_id: str, head_id: str) -> None:
         nodes = {n.id: n for n in self.provider.nodes()}
-        node, head = nodes.get(node_id), nodes.get(head_id)
+        node = nodes.get(node_id)
         if node is None:
             return
-        updater = NodeUpdater(
-            self.provider, self.config, node, head, UpdateOptions(cwd=Path.home()), self._on_event
-        )
         try:
-            updater.sync_files()
+            self._updater(node, nodes.get(head_id)).sync_files()
         except LauncherError as exc:
             log(f"{node_id}: syncing file mounts failed: {exc}")
+
+    def _updater(self, node: Node, head: Node | None) -> NodeUpdater:
+        # The head's copies of the file mounts are at their remote paths, under its home.
+        options = UpdateOptions(cwd=Path.home())
+        return NodeUpdater(self.provider, self.config, node, head, options, self._on_event)
 
     def _on_event(self, event: Event) -> None:
         if isinstance(event, NodeProgress) and (event.done or event.failed):

@@ -117,6 +117,18 @@ class NodeProvider(ABC):
         in zones other than `avoid_zones`. Raises CapacityError, naming the zones it tried,
         when capacity runs out (after trying every zone it may use)."""
 
+    def new_node_tags(
+        self, node_type: NodeType, kind: NodeKind, tags: Mapping[str, str]
+    ) -> dict[str, str]:
+        """The tags a node created by `create_nodes` starts with."""
+        return {
+            **tags,
+            TAG_CLUSTER: self.cluster_name,
+            TAG_KIND: kind.value,
+            TAG_TYPE: node_type.name,
+            TAG_STATUS: tags.get(TAG_STATUS, NodeStatus.UNINITIALIZED),
+        }
+
     def zones(self, node_type: NodeType) -> tuple[str, ...]:
         """The zones `create_nodes` may place `node_type` in (one "" where there is no
         choice); the autoscaler counts a type out of capacity when all of them are."""

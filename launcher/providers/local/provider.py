@@ -18,15 +18,10 @@ from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ProviderError
 from launcher.paths import node_log
 from launcher.providers.base import (
-    TAG_CLUSTER,
-    TAG_KIND,
-    TAG_STATUS,
-    TAG_TYPE,
     Node,
     NodeKind,
     NodeProvider,
     NodeState,
-    NodeStatus,
 )
 from launcher.providers.local.records import FileRecords, Record, Records, RemoteRecords
 from launcher.providers.local.spec import OnPremProviderConfig
@@ -105,13 +100,7 @@ class OnPremProvider(NodeProvider):
                 "kind": kind.value,
                 "node_type": node_type.name,
                 "created_at": time.time(),
-                "tags": {
-                    **tags,
-                    TAG_CLUSTER: self.cluster_name,
-                    TAG_KIND: kind.value,
-                    TAG_TYPE: node_type.name,
-                    TAG_STATUS: tags.get(TAG_STATUS, NodeStatus.UNINITIALIZED),
-                },
+                "tags": self.new_node_tags(node_type, kind, tags),
             }
             if self.records.claim(record):
                 created.append(self._node(record))

@@ -26,10 +26,7 @@ from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ProviderError
 from launcher.paths import cluster_dir, launcher_home
 from launcher.providers.base import (
-    TAG_CLUSTER,
-    TAG_KIND,
     TAG_STATUS,
-    TAG_TYPE,
     Node,
     NodeKind,
     NodeProvider,
@@ -113,13 +110,7 @@ class LocalhostProvider(NodeProvider):
                     "ip": _free_ip(),
                     "created_at": time.time(),
                     "ports": ports,
-                    "tags": {
-                        **tags,
-                        TAG_CLUSTER: self.cluster_name,
-                        TAG_KIND: kind.value,
-                        TAG_TYPE: node_type.name,
-                        TAG_STATUS: tags.get(TAG_STATUS, NodeStatus.UNINITIALIZED),
-                    },
+                    "tags": self.new_node_tags(node_type, kind, tags),
                 }
                 _write_json(self.nodes_dir / node_id / "node.json", data)
                 created.append(self._node(data, False))

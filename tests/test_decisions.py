@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from launcher.autoscaler.demand import RayNode
 from launcher.autoscaler.minimum import broken_workers
 from launcher.autoscaler.observe import planner_settings
 from launcher.autoscaler.planner import NodeView, Snapshot, plan
@@ -80,8 +81,9 @@ def _worker(
     node_type: str,
     state: NodeState = NodeState.RUNNING,
     status: NodeStatus = NodeStatus.UP_TO_DATE,
+    ip: str = "127.0.0.9",
 ) -> Node:
-    return Node(node_id, NodeKind.WORKER, node_type, "127.0.0.9", state, {TAG_STATUS: status})
+    return Node(node_id, NodeKind.WORKER, node_type, ip, state, {TAG_STATUS: status})
 
 
 def _view(node: Node) -> NodeView:
@@ -114,3 +116,18 @@ def test_dead_and_failed_workers_are_replaced() -> None:
 def test_nodes_being_set_up_are_left_alone() -> None:
     nodes = [_worker("w2", "a", status=NodeStatus.FAILED)]
     assert broken_workers(CONFIG, nodes, {"w2"}) == ()
+
+
+def test_a_worker_whose_ray_node_is_dead_in_the_gcs_is_replaced() -> None:
+    # The provider sees all three machines running (an on-prem machine stays on when its
+    # Ray dies); Ray's GCS knows better.
+    nodes = [_worker(f"w{i}", "b", ip=f"10.0.0.{i}") for i in (1, 2, 3)]
+    ray_nodes = [
+        RayNode("r1", "10.0.0.1", {}, {}, 0.0, alive=False),  # died, not restarted
+        RayNode("r2", "10.0.0.2", {}, {}, 0.0, alive=False),  # died, then started again
+        RayNode("r2b", "10.0.0.2", {}, {}, 0.0, alive=True),
+        RayNode("r3", "10.0.0.3", {}, {}, 0.0, alive=True),
+    ]
+    broken = broken_workers(CONFIG, nodes, set(), ray_nodes)
+    assert broken == (("w1", "Ray on it stopped (Ray reports the node dead)"),)
+    assert broken_workers(CONFIG, nodes, {"w1"}, ray_nodes) == ()  # being set up again

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -224,6 +225,26 @@ def test_port_forward_reaches_a_port_on_the_head(cluster: Cluster) -> None:
     cluster.run("exec", "-p", "18765:8765", str(cluster.path), serve, timeout=60)
     fetcher.join()
     assert got == ["gamma\n"]
+
+
+def test_a_worker_whose_ray_stops_is_set_up_again(cluster: Cluster) -> None:
+    host = cluster.hosts[WORKER_IPS[1]]
+    raylets = [pid for pid in host.processes() if _name(pid) == "raylet"]
+    assert raylets
+    for pid in raylets:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if host.path("~/setup.log").read_text().count("setup on") == 2:
+            break
+        time.sleep(1)
+    assert host.path("~/setup.log").read_text().count("setup on") == 2
+    counted = ""
+    while time.monotonic() < deadline and "alive 4" not in counted:
+        counted = cluster.run("exec", str(cluster.path), COUNT_NODES).stdout
+    assert "alive 4" in counted
+    log = cluster.run("monitor", "--no-follow", "--lines", "500", str(cluster.path)).stdout
+    assert f"terminate {WORKER_IPS[1]}: Ray on it stopped" in log
 
 
 def test_status_lists_the_machines_in_use(cluster: Cluster) -> None:

@@ -99,10 +99,10 @@ class Daemon:
             if node_id not in self.preempted:
                 self.executor.preempted(node)
         self.preempted = set(preempted)  # each preemption remembered once, while listed
-        broken = broken_workers(self.config, nodes, busy)
+        demand = self._demand(head)
+        broken = broken_workers(self.config, nodes, busy, demand.nodes)
         for node_id, reason in broken:
             self._decided(f"terminate {node_id}: {reason}", "terminate")
-        demand = self._demand(head)
         unavailable = self._unavailable()
         view = snapshot(
             self.config,

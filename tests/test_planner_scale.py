@@ -1,12 +1,14 @@
-"""The planner on a large snapshot: thousands of placement groups compete for capped
-capacity, and each is still placed whole or not at all (a failed group's changes are undone
-exactly, new nodes included)."""
+"""The planner at scale: thousands of placement groups compete for capped capacity and each
+is still placed whole or not at all (a failed group's changes are undone exactly, new nodes
+included); the packer's shortcuts (cursors per shape, block bounds, undo log) find exactly
+what a plain first-fit scan finds."""
 
 from __future__ import annotations
 
 import random
 import re
 
+from launcher.autoscaler.packing import Packer, Slot, fits, how_many, needs_gpu, shape_of
 from launcher.autoscaler.planner import Gang, NodeView, Settings, Snapshot, TypeInfo, plan
 
 TYPES = {
@@ -55,3 +57,70 @@ def test_many_groups_are_placed_whole_or_not_at_all() -> None:
     launched = sum(TYPES[t].resources["CPU"] * count for t, count in result.launch.items())
     by_groups = sum(b["CPU"] for g in placed for b in g.bundles)
     assert free + launched == by_groups + (tasks - tasks_left)
+
+
+class _PlainFirstFit:
+    """The reference: every search scans every slot of the tier from the start."""
+
+    def __init__(self) -> None:
+        self.free: list[dict[str, float]] = []
+        self.gpu: list[bool] = []
+        self.saved: tuple[list[dict[str, float]], list[bool]] | None = None
+
+    def add(self, free: dict[str, float]) -> None:
+        self.free.append(dict(free))
+        self.gpu.append("GPU" in free)
+
+    def take(self, index: int, request: dict[str, float], times: int = 1) -> None:
+        for key, value in request.items():
+            self.free[index][key] = self.free[index].get(key, 0.0) - value * times
+
+    def find(self, request: dict[str, float], gpu: bool, skip: set[int]) -> int | None:
+        tier = (i for i, g in enumerate(self.gpu) if g == gpu and i not in skip)
+        return next((i for i in tier if fits(self.free[i], request)), None)
+
+    def fill(self, request: dict[str, float], count: int, gpu: bool) -> int:
+        for i in (i for i, g in enumerate(self.gpu) if g == gpu):
+            placed = min(count, how_many(self.free[i], request))
+            self.take(i, request, placed)
+            count -= placed
+        return count
+
+
+def test_packer_finds_what_a_plain_first_fit_scan_finds() -> None:
+    # Many blocks of slots; cursors and block bounds across trials that commit or roll back.
+    rng = random.Random(11)
+    shapes = [{"CPU": 1.0}, {"CPU": 2.5}, {"CPU": 0.5}, {"CPU": 1.0, "GPU": 1.0}, {"CPU": 6.0}]
+    packer, plain = Packer(), _PlainFirstFit()
+    skip: set[int] = set()
+    for step in range(5_000):
+        op, request = rng.random(), rng.choice(shapes)
+        gpu = needs_gpu(request) or rng.random() < 0.3
+        if op < 0.15 or not plain.free:
+            free = {"CPU": float(rng.randint(0, 8))} | ({"GPU": 1.0} if rng.random() < 0.3 else {})
+            packer.add(Slot(None, "t", dict(free), dict(free)))
+            plain.add(free)
+        elif op < 0.3:
+            count = rng.randint(1, 20)
+            left = packer.fill(shape_of(request), request, count, gpu)
+            assert left == plain.fill(request, count, gpu), step
+        elif op < 0.8:
+            index = packer.find(shape_of(request), request, gpu, skip)
+            assert index == plain.find(request, gpu, skip), step
+            if index is not None:
+                packer.take(index, request)
+                plain.take(index, request)
+                if rng.random() < 0.5:
+                    skip.add(index)
+        elif plain.saved is None and op < 0.87:
+            packer.begin()
+            plain.saved = ([dict(f) for f in plain.free], list(plain.gpu))
+        elif plain.saved is not None:
+            if rng.random() < 0.5:
+                packer.rollback()
+                plain.free, plain.gpu = plain.saved
+                skip = {i for i in skip if i < len(plain.free)}
+            else:
+                packer.commit()
+            plain.saved = None
+        assert [s.free for s in packer.slots] == plain.free, step

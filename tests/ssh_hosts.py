@@ -283,8 +283,8 @@ class IsolatedHost:
         self.tmp.mkdir()
         self.tmp.chmod(0o1777)
         self._kept = _kept_under_root()
-        for target, _ in self._kept:  # mount points for them inside the host's home
-            (self.home / os.path.relpath(target, "/root")).mkdir(parents=True, exist_ok=True)
+        for target, _ in self._kept:  # mount points for them inside the host's home or /tmp
+            self._inside(target).mkdir(parents=True, exist_ok=True)
         venv_bin = shlex.quote(str(Path(sys.executable).parent))
         rc = f'case ":$PATH:" in *:{venv_bin}:*) ;; *) PATH={venv_bin}:"$PATH" ;; esac\n'
         for name in (".profile", ".bashrc"):
@@ -297,6 +297,12 @@ class IsolatedHost:
 
     def __repr__(self) -> str:
         return f"IsolatedHost({self.ip}, {self.root})"
+
+    def _inside(self, target: str) -> Path:
+        """Where a directory of this box under /root or /tmp is mounted in the host."""
+        if target.startswith("/tmp/"):
+            return self.tmp / os.path.relpath(target, "/tmp")
+        return self.home / os.path.relpath(target, "/root")
 
     @property
     def host_key(self) -> Path:
@@ -339,8 +345,8 @@ class IsolatedHost:
         sshd in place of the shell, as PID 1."""
         q = shlex.quote
         steps = ["set -e"]
-        for target, source in self._kept:  # before /root is covered
-            inside = self.home / os.path.relpath(target, "/root")
+        for target, source in self._kept:  # before /root and /tmp are covered
+            inside = self._inside(target)
             steps.append(f"mount --rbind {q(source)} {q(str(inside))}")
         steps += [
             f"mount --rbind {q(str(self.home))} /root",
@@ -484,8 +490,9 @@ def _close_live() -> None:
 
 
 def _kept_under_root() -> list[tuple[str, str]]:
-    """(path, real path) of the directories under /root that Python here needs: its
-    prefixes, its binary's directory and this repository, each as given and as resolved.
+    """(path, real path) of the directories under /root and /tmp (both covered in a host)
+    that Python here needs: its prefixes, its binary's directory and this repository (CI
+    may clone it under /tmp), each as given and as resolved.
     Nested ones are dropped: their parent's bind brings them."""
     given = [
         sys.prefix,
@@ -498,7 +505,7 @@ def _kept_under_root() -> list[tuple[str, str]]:
     for path in given:
         real = os.path.realpath(path)
         for target in (os.path.abspath(path), real):
-            if target.startswith("/root/"):
+            if target.startswith(("/root/", "/tmp/")):
                 wanted.setdefault(target, real)
     kept: list[tuple[str, str]] = []
     for target in sorted(wanted):  # a parent sorts before what is under it

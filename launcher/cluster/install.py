@@ -170,6 +170,14 @@ def place_ssh_access(
     the head's own known_hosts. Returns the key's path on the head."""
     known = known_hosts_path(cluster_name)
     head_known = f"~/.launcher/clusters/{cluster_name}/known_hosts"
+    # What was placed last time is remembered on the head: an unchanged key and set of
+    # host keys are not copied again (a no-op `up` runs this every time).
+    digest = hashlib.sha256()
+    for path in (known, Path(key).expanduser() if key else None):
+        digest.update(path.read_bytes() if path is not None and path.exists() else b"-")
+    stamp = f"~/.launcher/head/access-{digest.hexdigest()[:16]}"
+    if runner.run(f"test -f {stamp}", env).ok:
+        return runner.remote_path(HEAD_KEY) if key else None
     if known.exists():
         runner.put(str(known), f"{head_known}.new")
         merged = runner.run(
@@ -180,8 +188,10 @@ def place_ssh_access(
         )
         if not merged.ok:
             raise LauncherError(f"could not place the pinned host keys on the head: {merged}")
-    if not key:
-        return None
-    runner.put(str(Path(key).expanduser()), HEAD_KEY)
-    runner.run(f"chmod 600 {HEAD_KEY}", env)
-    return runner.remote_path(HEAD_KEY)
+    placed = None
+    if key:
+        runner.put(str(Path(key).expanduser()), HEAD_KEY)
+        runner.run(f"chmod 600 {HEAD_KEY}", env)
+        placed = runner.remote_path(HEAD_KEY)
+    runner.run(f"rm -f ~/.launcher/head/access-*; touch {stamp}", env)
+    return placed

@@ -162,6 +162,9 @@ class SSHRunner:
             transport = client.get_transport()
             if transport is not None:
                 transport.set_keepalive(15)
+                # A TCP socket: small writes must not wait for delayed ACKs (~40 ms each).
+                if isinstance(transport.sock, socket.socket):
+                    transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._client = client
             return client
 

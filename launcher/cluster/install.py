@@ -131,11 +131,12 @@ def _install_script(wheel_on_head: str, digest: str) -> str:
             f'SITE=$("$V/bin/python" -c {shlex.quote(purelib)})',
             f'"$PY" -c {shlex.quote(site_dirs)} > "$SITE/_launcher_base.pth"',
             '"$V/bin/python" -m zipfile -e "$W" "$SITE" || exit 5',
-            # Whatever the head lacks comes from pip (needs the network).
-            f'"$V/bin/python" -c {checks} 2>/dev/null || '
-            '"$V/bin/python" -m pip install --quiet "$W" >/dev/null 2>&1',
-            f'"$V/bin/python" -c {checks} 2>&1 | tail -n 1',
-            f'"$V/bin/python" -c {checks} 2>/dev/null || exit 6',
+            # Whatever the head lacks comes from pip (needs the network); each check imports
+            # Ray, so it runs a second time only after pip.
+            f'if ! "$V/bin/python" -c {checks} 2>/dev/null; then',
+            '  "$V/bin/python" -m pip install --quiet "$W" >/dev/null 2>&1',
+            f'  out=$("$V/bin/python" -c {checks} 2>&1) || {{ echo "$out" | tail -n 1; exit 6; }}',
+            "fi",
             f'echo {digest} > "$V/.launcher-digest"; rm -f "$W"',
         ]
     )

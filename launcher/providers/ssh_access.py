@@ -9,7 +9,6 @@ on the head, the copy `up` placed there).
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 from launcher.config.model import AuthConfig
@@ -53,16 +52,3 @@ class SSHAccess:
             for runner in self._runners.values():
                 runner.close()
             self._runners.clear()
-
-
-def wait_for_ssh(runner: SSHRunner, timeout_s: float) -> str | None:
-    """Wait, with backoff, until `runner`'s node accepts SSH. None when it does, else the
-    last reason it did not (after `timeout_s`)."""
-    deadline = time.monotonic() + timeout_s
-    delay = 0.2
-    while (problem := runner.check_ready()) is not None:
-        if time.monotonic() + delay > deadline:
-            return problem
-        time.sleep(delay)
-        delay = min(delay * 2, 5.0)
-    return None

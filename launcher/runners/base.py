@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -60,3 +61,16 @@ class CommandRunner(Protocol):
     def remote_path(self, path: str) -> str:
         """`path` as the node sees it (`~` expanded to the node's home where that matters)."""
         ...
+
+
+def wait_until_ready(runner: CommandRunner, timeout_s: float) -> str | None:
+    """Wait, with backoff, until `runner`'s node accepts commands. None when it does, else
+    the last reason it did not (after `timeout_s`)."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.2
+    while (problem := runner.check_ready()) is not None:
+        if time.monotonic() + delay > deadline:
+            return problem
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
+    return None

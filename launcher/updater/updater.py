@@ -7,7 +7,6 @@ the updater then acts through the provider and a `CommandRunner`.
 from __future__ import annotations
 
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from launcher.providers.base import (
     NodeState,
     NodeStatus,
 )
-from launcher.runners.base import CommandRunner
+from launcher.runners.base import CommandRunner, wait_until_ready
 from launcher.runners.filters import filter_excludes
 from launcher.updater.hashing import NodeHashes, node_hashes
 
@@ -168,16 +167,11 @@ class NodeUpdater:
         return NodeUpdateError(self.node.id, self._current, detail, str(self.log_path))
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.options.ready_timeout_s
-        delay = 0.2
-        while (problem := self.runner.check_ready()) is not None:
-            if time.monotonic() > deadline:
-                raise self._fail(
-                    f"not reachable after {self.options.ready_timeout_s:g} s "
-                    f"(last error: {problem})"
-                )
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+        problem = wait_until_ready(self.runner, self.options.ready_timeout_s)
+        if problem is not None:
+            raise self._fail(
+                f"not reachable after {self.options.ready_timeout_s:g} s (last error: {problem})"
+            )
 
     def _run_all(self, commands: Sequence[str], env: Mapping[str, str]) -> None:
         for command in commands:

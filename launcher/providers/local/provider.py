@@ -25,8 +25,8 @@ from launcher.providers.base import (
 )
 from launcher.providers.local.records import FileRecords, Record, Records, RemoteRecords
 from launcher.providers.local.spec import OnPremProviderConfig
-from launcher.providers.ssh_access import SSHAccess, wait_for_ssh
-from launcher.runners.base import CommandRunner
+from launcher.providers.ssh_access import SSHAccess
+from launcher.runners.base import CommandRunner, wait_until_ready
 from launcher.runners.forward import PortOpener
 from launcher.runners.ssh import SSHRunner
 
@@ -71,7 +71,7 @@ class OnPremProvider(NodeProvider):
     def bootstrap(self, wait_s: float = 300.0) -> None:
         if self.on_head:
             return
-        problem = wait_for_ssh(self._head_runner(), wait_s)
+        problem = wait_until_ready(self._head_runner(), wait_s)
         if problem is not None:
             raise ProviderError(
                 f"the head machine {self.head_address} did not answer over SSH within "
@@ -126,11 +126,10 @@ class OnPremProvider(NodeProvider):
             self.records.remove(ip)
 
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
-        for record in self.records.all():
-            if record["ip"] == node_id:
-                record["tags"] = {**record.get("tags", {}), **tags}
-                self.records.write(record)
-                return
+        record = self.records.get(node_id)
+        if record is not None:
+            record["tags"] = {**record.get("tags", {}), **tags}
+            self.records.write(record)
 
     def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
         return self.ssh.runner(self._address(node.id), log_path)

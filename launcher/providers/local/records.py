@@ -33,6 +33,10 @@ class Records(Protocol):
         """Every record (machines in use by the cluster)."""
         ...
 
+    def get(self, ip: str) -> Record | None:
+        """The record of machine `ip`, or None when it is not in use."""
+        ...
+
     def claim(self, record: Mapping[str, Any]) -> bool:
         """Create the record of `record["ip"]`; False when that machine is already in use."""
         ...
@@ -72,6 +76,13 @@ class FileRecords:
             except (OSError, ValueError):
                 continue  # removed meanwhile, or being replaced
         return found
+
+    def get(self, ip: str) -> Record | None:
+        try:
+            record: Record = json.loads((self.root / _file_name(ip)).read_text())
+        except (OSError, ValueError):
+            return None
+        return record
 
     def claim(self, record: Mapping[str, Any]) -> bool:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -132,6 +143,14 @@ class RemoteRecords:
             except ValueError:
                 continue
         return found
+
+    def get(self, ip: str) -> Record | None:
+        _, output = self._sh(f'cat "{self.dir}"/{shlex.quote(_file_name(ip))} 2>/dev/null')
+        try:
+            record: Record = json.loads(output)
+        except ValueError:
+            return None
+        return record
 
     def claim(self, record: Mapping[str, Any]) -> bool:
         path = f'"{self.dir}"/{shlex.quote(_file_name(record["ip"]))}'

@@ -149,7 +149,6 @@ class LocalhostProvider(NodeProvider):
         resources.setdefault("object_store_memory", DEFAULT_OBJECT_STORE_BYTES)
         python_bin = str(Path(sys.executable).parent)
         env.update(
-            LAUNCHER_NODE_IP=node.ip or "",
             LAUNCHER_RAY_PORT=str(head_ports.get("ray", "")),
             LAUNCHER_CLIENT_PORT=str(head_ports.get("client", "")),
             LAUNCHER_DASHBOARD_PORT=str(head_ports.get("dashboard", "")),

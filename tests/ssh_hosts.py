@@ -34,6 +34,19 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 TEST_USER = "launcher-test"
+# sshd settings every test host shares: key logins only, a cheap session, many at once.
+SSHD_COMMON = (
+    "PasswordAuthentication no",
+    "KbdInteractiveAuthentication no",
+    "UsePAM no",
+    "StrictModes no",
+    "PermitRootLogin prohibit-password",
+    "Subsystem sftp internal-sftp",
+    "MaxSessions 64",
+    "MaxStartups 64",
+    "LogLevel ERROR",
+    "",
+)
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
@@ -140,16 +153,7 @@ class SSHHost:
                     f"AuthorizedKeysFile {self.authorized_keys}",
                     f"PidFile {self.root / 'sshd.pid'}",
                     f"AllowUsers {self.user}",
-                    "PasswordAuthentication no",
-                    "KbdInteractiveAuthentication no",
-                    "UsePAM no",
-                    "StrictModes no",
-                    "PermitRootLogin prohibit-password",
-                    "Subsystem sftp internal-sftp",
-                    "MaxSessions 64",
-                    "MaxStartups 64",
-                    "LogLevel ERROR",
-                    "",
+                    *SSHD_COMMON,
                 ]
             )
         )
@@ -366,16 +370,7 @@ class IsolatedHost:
                     f"AuthorizedKeysFile {self.root / 'authorized_keys'}",
                     "PidFile none",
                     "AllowUsers root",
-                    "PermitRootLogin prohibit-password",
-                    "PasswordAuthentication no",
-                    "KbdInteractiveAuthentication no",
-                    "UsePAM no",
-                    "StrictModes no",
-                    "Subsystem sftp internal-sftp",
-                    "MaxSessions 64",
-                    "MaxStartups 64",
-                    "LogLevel ERROR",
-                    "",
+                    *SSHD_COMMON,
                 ]
             )
         )

@@ -96,9 +96,10 @@ class NodeProvider(ABC):
         self.on_head = on_head
 
     @abstractmethod
-    def bootstrap(self, wait_s: float = 300.0) -> None:
+    def bootstrap(self, wait_s: float = 300.0) -> list[str]:
         """Create (or reuse) what the cluster needs before its first node. Idempotent.
-        May wait up to `wait_s` for something to become reachable."""
+        May wait up to `wait_s` for something to become reachable. Returns what it created
+        (one line each, for the user); empty when everything existed."""
 
     @abstractmethod
     def nodes(self) -> list[Node]:
@@ -183,9 +184,15 @@ class NodeProvider(ABC):
         """Called before a node's start-ray commands run again (localhost stops its processes)."""
         return None
 
-    def cleanup(self) -> list[str]:
-        """After every node is gone: remove leftovers. Returns what it removed, for the user."""
+    def cleanup(self, purge: bool = False) -> list[str]:
+        """After every node is gone: remove leftovers, and with `purge` also what clusters
+        may share and `up` would reuse (key pairs, security groups, roles). Returns what it
+        removed, for the user."""
         return []
+
+    def ssh_private_key(self) -> str | None:
+        """The private key file nodes are reached with (None: SSH's defaults)."""
+        return self.config.auth.ssh_private_key
 
     def head(self) -> Node | None:
         heads = [n for n in self.nodes() if n.kind is NodeKind.HEAD]

@@ -68,9 +68,9 @@ class OnPremProvider(NodeProvider):
         return self.ssh.runner(self.head_address, node_log(self.cluster_name, self.head_ip))
 
     # -- NodeProvider -------------------------------------------------------------------
-    def bootstrap(self, wait_s: float = 300.0) -> None:
+    def bootstrap(self, wait_s: float = 300.0) -> list[str]:
         if self.on_head:
-            return
+            return []
         problem = wait_until_ready(self._head_runner(), wait_s)
         if problem is not None:
             raise ProviderError(
@@ -78,6 +78,7 @@ class OnPremProvider(NodeProvider):
                 f"{wait_s:g} s (last error: {problem}); check that it is on and that "
                 "provider.head_ip and auth are right"
             )
+        return []
 
     def nodes(self) -> list[Node]:
         return [self._node(record) for record in self.records.all()]
@@ -140,7 +141,7 @@ class OnPremProvider(NodeProvider):
         assert isinstance(runner, SSHRunner)
         return runner.open_tunnel
 
-    def cleanup(self) -> list[str]:
+    def cleanup(self, purge: bool = False) -> list[str]:
         if self.records.remove_all():
             return [f"the record of machines in use on {self.head_address}"]
         return []

@@ -55,8 +55,9 @@ class LocalhostProvider(NodeProvider):
         self.nodes_dir = self.root / "nodes"
 
     # -- NodeProvider -------------------------------------------------------------------
-    def bootstrap(self, wait_s: float = 300.0) -> None:
+    def bootstrap(self, wait_s: float = 300.0) -> list[str]:
         self.nodes_dir.mkdir(parents=True, exist_ok=True)
+        return []
 
     def nodes(self) -> list[Node]:
         if not self.nodes_dir.is_dir():
@@ -169,7 +170,7 @@ class LocalhostProvider(NodeProvider):
     def before_ray_start(self, node: Node) -> None:
         stop_processes(p.pid for p in node_processes(self.cluster_name, node.id))
 
-    def cleanup(self) -> list[str]:
+    def cleanup(self, purge: bool = False) -> list[str]:
         removed = []
         leftovers = cluster_processes(self.cluster_name, self.temp_dir())
         if leftovers:

@@ -122,6 +122,7 @@ def _down(
     workers_only: bool = False,
     keep_min_workers: bool = False,
     yes: bool = True,
+    purge: bool = False,
 ) -> None:
     with ProgressView(settings.output.err_console) as view:
         result = lifecycle.down(
@@ -131,6 +132,7 @@ def _down(
             keep_min_workers=keep_min_workers,
             events=view,
             confirm=_confirm(yes),
+            purge=purge,
         )
     if not result.terminated and not result.removed:
         settings.output.line("Nothing to take down.")
@@ -207,6 +209,11 @@ def up(
 @click.option(
     "--keep-min-workers", is_flag=True, help="Keep min_workers workers of each type running."
 )
+@click.option(
+    "--purge",
+    is_flag=True,
+    help="Also remove what `up` reuses across clusters (cloud key pair, security group, IAM role).",
+)
 @yes_option
 @name_option
 @click.pass_obj
@@ -215,6 +222,7 @@ def down(
     cluster_config_file: str,
     workers_only: bool,
     keep_min_workers: bool,
+    purge: bool,
     yes: bool,
     cluster_name: str | None,
 ) -> None:
@@ -226,6 +234,7 @@ def down(
         workers_only=workers_only,
         keep_min_workers=keep_min_workers,
         yes=yes,
+        purge=purge,
     )
 
 

@@ -70,7 +70,8 @@ def up(
     with ClusterLock(
         config.cluster_name, "launcher up", on_wait=lambda m: events(Message(m, "warning"))
     ):
-        provider.bootstrap(options.ready_timeout_s)
+        for made in provider.bootstrap(options.ready_timeout_s):
+            events(Message(made))
         head, created = _head(provider, config, events, confirm)
         NodeUpdater(
             provider,
@@ -89,7 +90,7 @@ def up(
         spec = AutoscalerSpec(text, path, overrides)
         python = shlex.quote(provider.head_python())
         if provider.installs_launcher_on_head:
-            spec, python = _prepare_remote_head(session, spec, events)
+            spec, python = _prepare_remote_head(session, spec, events, provider.ssh_private_key())
         daemon = ensure_daemon(session, spec, python)
         events(Message(f"autoscaler {daemon} on the head"))
     workers: tuple[Node, ...] = ()
@@ -99,17 +100,15 @@ def up(
 
 
 def _prepare_remote_head(
-    session: HeadSession, spec: AutoscalerSpec, events: EventSink
+    session: HeadSession, spec: AutoscalerSpec, events: EventSink, key: str | None
 ) -> tuple[AutoscalerSpec, str]:
     """Install this launcher on a head that is another machine, and give it SSH access to
     the workers. Returns the autoscaler's spec and the head's Python to run it with."""
     config = session.config
     wheel, outcome = install_on_head(session.runner, session.env)
     events(Message(f"launcher {outcome} on the head ({wheel.digest})"))
-    key = place_ssh_access(
-        session.runner, session.env, config.cluster_name, config.auth.ssh_private_key
-    )
-    return dataclasses.replace(spec, launcher_digest=wheel.digest, head_key=key), wheel.python
+    placed = place_ssh_access(session.runner, session.env, config.cluster_name, key)
+    return dataclasses.replace(spec, launcher_digest=wheel.digest, head_key=placed), wheel.python
 
 
 def _head(
@@ -189,6 +188,7 @@ def down(
     keep_min_workers: bool,
     events: EventSink,
     confirm: Confirm,
+    purge: bool = False,
 ) -> DownResult:
     config, _ = load_for_command(path, overrides)
     provider = make_provider(config)
@@ -212,7 +212,7 @@ def down(
             raise LauncherError(f"nodes still present after terminating: {', '.join(left)}")
         removed: list[str] = []
         if not workers_only:
-            removed = provider.cleanup()
+            removed = provider.cleanup(purge=purge)
     if not workers_only:
         _remove_cluster_dir(config.cluster_name)
     return DownResult(tuple(n.id for n in targets), tuple(removed), stopped)

@@ -17,6 +17,7 @@ _IMPLEMENTATIONS: Mapping[str, str] = MappingProxyType(
         "localhost": "launcher.providers.localhost.provider:LocalhostProvider",
         "fake_multinode": "launcher.providers.localhost.provider:LocalhostProvider",
         "local": "launcher.providers.local.provider:OnPremProvider",
+        "aws": "launcher.providers.aws.provider:AwsProvider",
     }
 )
 
@@ -29,8 +30,8 @@ def make_provider(config: ClusterConfig, on_head: bool = False) -> NodeProvider:
     if target is None:
         raise UsageError(
             f"the {kind} provider cannot run clusters yet; `launcher validate` and "
-            "`launcher plan` work for it, and `up` works with `provider: type: localhost` "
-            "or `local`"
+            "`launcher plan` work for it, and `up` works with `provider: type: localhost`, "
+            "`local` or `aws`"
         )
     spec = SPECS[kind]
     module_name, _, class_name = target.partition(":")

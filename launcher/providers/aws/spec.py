@@ -10,6 +10,7 @@ from launcher.config.frozen import freeze
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
 from launcher.config.problems import Problem
 from launcher.pricing import PriceTable, load_prices
+from launcher.providers.aws.launch import is_spot, names_groups
 from launcher.providers.spec import (
     NodeOffer,
     PlannedResource,
@@ -27,6 +28,7 @@ _KNOWN = {
     "cache_stopped_nodes",
     "security_group",
     "key_pair",
+    "allow_ssh_from",
 }
 # Ray's convention: `memory` is what remains for tasks once the object store takes its share.
 _TASK_MEMORY_SHARE = 0.7
@@ -41,6 +43,7 @@ class AwsProviderConfig(ProviderConfig):
     security_group_name: str | None
     security_group_rules: tuple[Mapping[str, Any], ...]
     key_name: str | None
+    allow_ssh_from: tuple[str, ...] = ()
 
 
 def _node_types(merged: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -54,20 +57,8 @@ def _node_types(merged: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]
     ]
 
 
-def is_spot(node_config: Mapping[str, Any]) -> bool:
-    options = node_config.get("InstanceMarketOptions")
-    return isinstance(options, Mapping) and options.get("MarketType") == "spot"
-
-
 def _all_set(config: ClusterConfig, key: str) -> bool:
     return all(key in t.node_config for t in config.node_types.values())
-
-
-def _groups_given(node_config: Mapping[str, Any]) -> bool:
-    if "SecurityGroupIds" in node_config or "SecurityGroups" in node_config:
-        return True
-    interfaces = node_config.get("NetworkInterfaces") or ()
-    return bool(interfaces) and all("Groups" in i for i in interfaces)
 
 
 class AwsSpec(ProviderSpec):
@@ -142,6 +133,7 @@ class AwsSpec(ProviderSpec):
             security_group_name=group.get("GroupName"),
             security_group_rules=freeze(group.get("IpPermissions", [])),
             key_name=key_pair.get("key_name"),
+            allow_ssh_from=string_list(section.get("allow_ssh_from", [])),
         )
 
     def known_resources(self, node_config: Mapping[str, Any]) -> dict[str, int] | None:
@@ -171,7 +163,7 @@ class AwsSpec(ProviderSpec):
                     f"private key saved to ~/.launcher/keys/{key}.pem (mode 0600)",
                 )
             )
-        if all(_groups_given(t.node_config) for t in config.node_types.values()):
+        if all(names_groups(t.node_config) for t in config.node_types.values()):
             plan.append(PlannedResource("security group", "from node_config", "reuse"))
         else:
             extra = len(provider.security_group_rules)

@@ -1,0 +1,115 @@
+"""boto3 clients for one region, with throttling retried, and what AWS error codes mean.
+
+boto3 is imported here only, and only when a cluster on AWS is used. Throttling
+(`RequestLimitExceeded` and kin) is retried by botocore's "standard" retry mode, which backs
+off exponentially with full jitter; we raise the attempt count because a cluster launch makes
+bursts of calls. The endpoint comes from boto3's usual sources (`AWS_ENDPOINT_URL`, the
+shared config file), so the same code talks to AWS or to a local stand-in.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.errors import ProviderError
+
+MAX_ATTEMPTS = 10  # per call, throttling and transient errors included
+
+# RunInstances failures that mean "no room for this offering here": try elsewhere.
+CAPACITY_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientReservedInstanceCapacity",
+        "InsufficientCapacity",
+        "SpotMaxPriceTooLow",
+        "MaxSpotInstanceCountExceeded",
+        "Unsupported",  # the type is not offered in this zone
+        "InsufficientFreeAddressesInSubnet",
+    }
+)
+THROTTLING_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException"})
+NOT_FOUND_SUFFIXES = (".NotFound", ".Malformed", "NoSuchEntity")
+
+
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of a botocore ClientError ("" for anything else)."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def error_message(exc: BaseException) -> str:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        message = response.get("Error", {}).get("Message")
+        if message:
+            return f"{error_code(exc)}: {message}"
+    return str(exc)
+
+
+def is_capacity(exc: BaseException) -> bool:
+    return error_code(exc) in CAPACITY_CODES
+
+
+def is_not_found(exc: BaseException) -> bool:
+    return error_code(exc).endswith(NOT_FOUND_SUFFIXES)
+
+
+def is_duplicate(exc: BaseException) -> bool:
+    code = error_code(exc)
+    return code.endswith(".Duplicate") or code in {
+        "EntityAlreadyExists",
+        "InvalidPermission.Duplicate",
+    }
+
+
+def boto_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions botocore raises for refused calls and unreachable endpoints."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    return (ClientError, BotoCoreError)
+
+
+@dataclass
+class AwsClients:
+    """Lazily made clients for `region` (each made once; clients are thread-safe)."""
+
+    region: str
+    _made: dict[str, Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _client(self, service: str) -> Any:
+        with self._lock:
+            client = self._made.get(service)
+            if client is None:
+                import boto3
+                from botocore.config import Config
+
+                config = Config(
+                    region_name=self.region,
+                    retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+                    connect_timeout=10,
+                    read_timeout=60,
+                )
+                try:
+                    client = boto3.session.Session().client(service, config=config)
+                except Exception as exc:  # no region, broken profile, ...
+                    raise ProviderError(f"cannot use AWS {service}: {exc}") from exc
+                self._made[service] = client
+            return client
+
+    @property
+    def ec2(self) -> Any:
+        return self._client("ec2")
+
+    @property
+    def iam(self) -> Any:
+        return self._client("iam")
+
+    @property
+    def sts(self) -> Any:
+        return self._client("sts")

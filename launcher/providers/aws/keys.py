@@ -1,0 +1,98 @@
+"""The EC2 key pair the launcher logs in with, when the config names none.
+
+Its private key is kept at `$LAUNCHER_HOME/keys/NAME.pem` (mode 0600, written once, never
+overwritten). A key pair that exists in EC2 whose private key is not on this machine cannot
+be used: the message says how to go on.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+from launcher.errors import ProviderError
+from launcher.paths import launcher_home
+from launcher.providers.aws.clients import AwsClients, boto_errors, error_message, is_not_found
+from launcher.providers.base import TAG_CLUSTER
+
+
+def default_key_name(cluster_name: str, region: str) -> str:
+    return f"launcher-{cluster_name}-{region}"
+
+
+def key_path(key_name: str) -> Path:
+    return launcher_home() / "keys" / f"{key_name}.pem"
+
+
+def _write_private(path: Path, material: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(material if material.endswith("\n") else material + "\n")
+
+
+def _public_key(path: Path) -> str:
+    import paramiko
+
+    text = path.read_text()
+    for kind in (paramiko.RSAKey, paramiko.Ed25519Key, paramiko.ECDSAKey):
+        try:
+            key = kind.from_private_key(io.StringIO(text))
+        except (paramiko.SSHException, ValueError):
+            continue
+        return f"{key.get_name()} {key.get_base64()}"
+    raise ProviderError(f"{path} is not a private key the launcher can read")
+
+
+def key_pair_exists(clients: AwsClients, key_name: str) -> bool:
+    try:
+        clients.ec2.describe_key_pairs(KeyNames=[key_name])
+    except boto_errors() as exc:
+        if is_not_found(exc):
+            return False
+        raise ProviderError(f"cannot read key pair {key_name}: {error_message(exc)}") from exc
+    return True
+
+
+def ensure_key_pair(clients: AwsClients, key_name: str, cluster_name: str) -> tuple[Path, str]:
+    """Make sure EC2 has `key_name` and this machine its private key. Returns the key's
+    path and what was done ("" when both existed)."""
+    path = key_path(key_name)
+    exists = key_pair_exists(clients, key_name)
+    if exists and path.exists():
+        return path, ""
+    if exists:
+        raise ProviderError(
+            f"key pair {key_name} exists in EC2 but its private key is not at {path}; copy it "
+            "there from the machine that created it, or name your own key with "
+            "auth.ssh_private_key and node_config.KeyName"
+        )
+    tags = [{"ResourceType": "key-pair", "Tags": [{"Key": TAG_CLUSTER, "Value": cluster_name}]}]
+    try:
+        if path.exists():  # the key pair was deleted in EC2; bring back the one we hold
+            clients.ec2.import_key_pair(
+                KeyName=key_name,
+                PublicKeyMaterial=_public_key(path).encode(),
+                TagSpecifications=tags,
+            )
+            return path, f"imported key pair {key_name} from {path}"
+        made = clients.ec2.create_key_pair(
+            KeyName=key_name, KeyType="rsa", KeyFormat="pem", TagSpecifications=tags
+        )
+    except boto_errors() as exc:
+        raise ProviderError(f"cannot create key pair {key_name}: {error_message(exc)}") from exc
+    _write_private(path, str(made["KeyMaterial"]))
+    return path, f"created key pair {key_name} (private key {path}, mode 0600)"
+
+
+def delete_key_pair(clients: AwsClients, key_name: str) -> list[str]:
+    """Remove the key pair from EC2 (`down --purge`); the private key file stays, since it
+    is the user's only copy of a credential that may still open other machines."""
+    if not key_pair_exists(clients, key_name):
+        return []
+    try:
+        clients.ec2.delete_key_pair(KeyName=key_name)
+    except boto_errors() as exc:
+        raise ProviderError(f"cannot delete key pair {key_name}: {error_message(exc)}") from exc
+    return [f"key pair {key_name} (its private key stays at {key_path(key_name)})"]

@@ -1,0 +1,206 @@
+"""Subnets to launch in and the cluster's security group.
+
+Subnets: the ones node_config names (in order), else the default VPC's default subnet of
+each zone in `provider.availability_zone` (in that order), else of every zone.
+
+The security group (`launcher-CLUSTER` unless named) lets the cluster's nodes talk to each
+other freely and lets SSH in only from the caller: `provider.allow_ssh_from` when given,
+else the VPC's own address range with `use_internal_ips` (the caller is inside it), else the
+caller's public address as AWS sees it (https://checkip.amazonaws.com).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.errors import ProviderError
+from launcher.providers.aws.clients import AwsClients, boto_errors, error_message, is_duplicate
+from launcher.providers.aws.launch import Placement
+from launcher.providers.base import TAG_CLUSTER
+
+CHECKIP_URL = "https://checkip.amazonaws.com"
+SSH_RULE_NOTE = "launcher: SSH from the launcher's address"
+PEER_RULE_NOTE = "launcher: all traffic between the cluster's nodes"
+
+
+@dataclass(frozen=True)
+class Subnet:
+    id: str
+    zone: str
+    vpc_id: str
+
+
+def describe_subnets(clients: AwsClients, ids: Sequence[str]) -> dict[str, Subnet]:
+    try:
+        found = clients.ec2.describe_subnets(SubnetIds=list(ids))["Subnets"]
+    except boto_errors() as exc:
+        raise ProviderError(
+            f"cannot use subnets {', '.join(ids)}: {error_message(exc)}; check node_config "
+            "SubnetIds/SubnetId and provider.region"
+        ) from exc
+    return {s["SubnetId"]: Subnet(s["SubnetId"], s["AvailabilityZone"], s["VpcId"]) for s in found}
+
+
+def default_subnets(clients: AwsClients, region: str, zones: Sequence[str]) -> list[Subnet]:
+    """The default VPC's default subnets, in the order of `zones` (all zones when empty)."""
+    filters = [{"Name": "default-for-az", "Values": ["true"]}]
+    if zones:
+        filters.append({"Name": "availability-zone", "Values": list(zones)})
+    try:
+        found = clients.ec2.describe_subnets(Filters=filters)["Subnets"]
+    except boto_errors() as exc:
+        raise ProviderError(f"cannot list subnets in {region}: {error_message(exc)}") from exc
+    subnets = [Subnet(s["SubnetId"], s["AvailabilityZone"], s["VpcId"]) for s in found]
+    if not subnets:
+        where = ", ".join(zones) if zones else region
+        raise ProviderError(
+            f"no default subnet in {where}; name your subnets in node_config.SubnetIds"
+        )
+    order = {zone: i for i, zone in enumerate(zones)}
+    return sorted(subnets, key=lambda s: (order.get(s.zone, len(order)), s.zone))
+
+
+def placements(subnets: Iterable[Subnet]) -> tuple[Placement, ...]:
+    return tuple(Placement(s.id, s.zone) for s in subnets)
+
+
+def vpc_cidrs(clients: AwsClients, vpc_id: str) -> list[str]:
+    vpc = clients.ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]
+    blocks = [b["CidrBlock"] for b in vpc.get("CidrBlockAssociationSet", ())]
+    return blocks or [vpc["CidrBlock"]]
+
+
+def public_address(timeout_s: float = 5.0) -> str:
+    """This machine's public IPv4 address as AWS sees it, as a /32."""
+    try:
+        with urllib.request.urlopen(CHECKIP_URL, timeout=timeout_s) as answer:
+            text = answer.read().decode().strip()
+        return f"{ipaddress.IPv4Address(text)}/32"
+    except (OSError, ValueError) as exc:
+        raise ProviderError(
+            f"cannot find this machine's public address from {CHECKIP_URL} ({exc}); set "
+            "provider.allow_ssh_from to the address ranges SSH may come from, such as "
+            "[203.0.113.7/32]"
+        ) from exc
+
+
+def wanted_rules(
+    group_id: str, ssh_from: Sequence[str], extra: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Inbound rules of the cluster's group: one per (protocol, ports, source)."""
+    rules: list[dict[str, Any]] = [
+        {
+            "IpProtocol": "-1",
+            "UserIdGroupPairs": [{"GroupId": group_id, "Description": PEER_RULE_NOTE}],
+        }
+    ]
+    for cidr in ssh_from:
+        rules.append(
+            {
+                "IpProtocol": "tcp",
+                "FromPort": 22,
+                "ToPort": 22,
+                "IpRanges": [{"CidrIp": cidr, "Description": SSH_RULE_NOTE}],
+            }
+        )
+    rules.extend(dict(rule) for rule in extra)
+    return rules
+
+
+def _rule_keys(rule: Mapping[str, Any]) -> set[tuple[str, Any, Any, str]]:
+    """Comparable (protocol, from, to, source) of each source in a permission."""
+    base = (str(rule.get("IpProtocol")), rule.get("FromPort"), rule.get("ToPort"))
+    if base[0] == "-1":
+        base = ("-1", None, None)
+    keys = {(*base, "cidr:" + r["CidrIp"]) for r in rule.get("IpRanges", ())}
+    keys |= {(*base, "cidr6:" + r["CidrIpv6"]) for r in rule.get("Ipv6Ranges", ())}
+    keys |= {(*base, "group:" + r["GroupId"]) for r in rule.get("UserIdGroupPairs", ())}
+    keys |= {(*base, "prefix:" + r["PrefixListId"]) for r in rule.get("PrefixListIds", ())}
+    return keys
+
+
+def missing_rules(
+    wanted: Sequence[Mapping[str, Any]], present: Sequence[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    have: set[tuple[str, Any, Any, str]] = set()
+    for rule in present:
+        have |= _rule_keys(rule)
+    return [rule for rule in wanted if not _rule_keys(rule) <= have]
+
+
+def find_group(clients: AwsClients, name: str, vpc_id: str) -> dict[str, Any] | None:
+    groups = clients.ec2.describe_security_groups(
+        Filters=[
+            {"Name": "group-name", "Values": [name]},
+            {"Name": "vpc-id", "Values": [vpc_id]},
+        ]
+    )["SecurityGroups"]
+    return dict(groups[0]) if groups else None
+
+
+def ensure_group(
+    clients: AwsClients,
+    name: str,
+    vpc_id: str,
+    cluster_name: str,
+    ssh_from: Sequence[str],
+    extra: Sequence[Mapping[str, Any]],
+) -> tuple[str, list[str]]:
+    """The group's id, created and given its missing rules as needed; and what was done."""
+    done: list[str] = []
+    try:
+        group = find_group(clients, name, vpc_id)
+        if group is None:
+            try:
+                made = clients.ec2.create_security_group(
+                    GroupName=name,
+                    Description=f"launcher cluster {cluster_name}",
+                    VpcId=vpc_id,
+                    TagSpecifications=[
+                        {
+                            "ResourceType": "security-group",
+                            "Tags": [{"Key": TAG_CLUSTER, "Value": cluster_name}],
+                        }
+                    ],
+                )
+                group = {"GroupId": made["GroupId"], "IpPermissions": []}
+                done.append(f"created security group {name} ({made['GroupId']}) in {vpc_id}")
+            except boto_errors() as exc:
+                if not is_duplicate(exc):  # made by a concurrent `up`: use it
+                    raise
+                group = find_group(clients, name, vpc_id) or {}
+        group_id = str(group["GroupId"])
+        missing = missing_rules(
+            wanted_rules(group_id, ssh_from, extra), group.get("IpPermissions", [])
+        )
+        if missing:
+            try:
+                clients.ec2.authorize_security_group_ingress(
+                    GroupId=group_id, IpPermissions=list(missing)
+                )
+            except boto_errors() as exc:
+                if not is_duplicate(exc):
+                    raise
+            sources = ", ".join(sorted(ssh_from))
+            done.append(f"security group {name}: SSH allowed from {sources} and between nodes")
+    except boto_errors() as exc:
+        raise ProviderError(
+            f"cannot set up security group {name}: {error_message(exc)}; name existing groups "
+            "with node_config.SecurityGroupIds"
+        ) from exc
+    return group_id, done
+
+
+def delete_group(clients: AwsClients, name: str, vpc_id: str) -> list[str]:
+    try:
+        group = find_group(clients, name, vpc_id)
+        if group is None:
+            return []
+        clients.ec2.delete_security_group(GroupId=group["GroupId"])
+    except boto_errors() as exc:
+        raise ProviderError(f"cannot delete security group {name}: {error_message(exc)}") from exc
+    return [f"security group {name} ({group['GroupId']})"]

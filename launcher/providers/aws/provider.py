@@ -1,0 +1,430 @@
+"""The EC2 provider: nodes are instances tagged with the cluster's name.
+
+Everything the launcher knows of a node is in its instance's tags (cluster, kind, type,
+setup status and hashes), so any laptop, or the head, recovers the cluster by listing them.
+
+- Launches try the type's subnets in order (zones the autoscaler avoids are left out); a
+  capacity refusal (`CAPACITY_CODES`) moves on to the next subnet, and when none is left a
+  CapacityError names the zones tried, which the autoscaler answers with the type's
+  fallbacks. Each RunInstances carries a client token, so a retried call never launches
+  twice. Throttling is retried with jitter by botocore (`clients`).
+- A worker AWS reclaims (spot) is listed as PREEMPTED until the autoscaler has answered it.
+- `cache_stopped_nodes`: workers the autoscaler removes are stopped, and started again for a
+  later launch of the same type and node_config. `down` (from the user's machine)
+  terminates every instance of the cluster, stopped ones included, and checks by listing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import uuid
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from launcher.config.model import ClusterConfig, NodeType
+from launcher.errors import CapacityError, ProviderError
+from launcher.providers.aws import iam, keys, network
+from launcher.providers.aws.bootstrap import Resolved, own_key_name, resolve
+from launcher.providers.aws.clients import (
+    AwsClients,
+    boto_errors,
+    error_message,
+    is_capacity,
+)
+from launcher.providers.aws.instances import (
+    LIVE_STATES,
+    TAG_LAUNCH_CONFIG,
+    launch_config_digest,
+    tags_of,
+    to_node,
+)
+from launcher.providers.aws.launch import (
+    LaunchContext,
+    Placement,
+    placements_to_try,
+    run_request,
+)
+from launcher.providers.aws.spec import AwsProviderConfig
+from launcher.providers.base import (
+    TAG_CLUSTER,
+    TAG_TYPE,
+    Node,
+    NodeKind,
+    NodeProvider,
+)
+from launcher.providers.ssh_access import SSHAccess
+from launcher.runners.base import CommandRunner
+from launcher.runners.forward import PortOpener
+from launcher.runners.ssh import SSHRunner
+
+PUBLIC_IP_WAIT_S = 180.0
+PROFILE_RETRIES = 8  # a new head instance profile takes a while to be usable
+TERMINATE_WAIT_S = 600.0  # `down --purge` waits this long for instances to be gone
+ALL_STATES = ("pending", "running", "stopping", "stopped", "shutting-down", "terminated")
+
+
+class AwsProvider(NodeProvider):
+    installs_launcher_on_head = True
+
+    def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
+        super().__init__(config, on_head)
+        settings = config.provider
+        assert isinstance(settings, AwsProviderConfig)
+        self.settings = settings
+        self.clients = AwsClients(settings.region)
+        # On the head the nodes are reached inside the VPC; from the user's machine, by
+        # public address unless use_internal_ips.
+        self.private = on_head or settings.use_internal_ips
+        self._resolved: Resolved | None = None
+        self._lock = threading.Lock()
+        self._acknowledged: set[str] = set()  # reclaimed workers already answered
+        self._private_ips: dict[str, str] = {}
+        key = config.auth.ssh_private_key
+        name = own_key_name(config)
+        self._key = key if key else (str(keys.key_path(name)) if name else None)
+        self._ssh: SSHAccess | None = None
+
+    # -- bootstrap ----------------------------------------------------------------------
+    def bootstrap(self, wait_s: float = 300.0) -> list[str]:
+        resolved, done = resolve(
+            self.clients, self.config, create=not self.on_head, ssh_from=self._ssh_from
+        )
+        with self._lock:
+            self._resolved = resolved
+        return done
+
+    def _ssh_from(self, vpc_id: str) -> list[str]:
+        if self.settings.allow_ssh_from:
+            return list(self.settings.allow_ssh_from)
+        if self.settings.use_internal_ips:
+            return network.vpc_cidrs(self.clients, vpc_id)
+        return [network.public_address()]
+
+    def resolved(self) -> Resolved:
+        with self._lock:
+            if self._resolved is not None:
+                return self._resolved
+        resolved, _ = resolve(self.clients, self.config, create=False, ssh_from=self._ssh_from)
+        with self._lock:
+            self._resolved = resolved
+        return resolved
+
+    # -- listing ------------------------------------------------------------------------
+    def _instances(
+        self, states: Sequence[str], *filters: Mapping[str, Any]
+    ) -> Iterator[dict[str, Any]]:
+        query = [
+            {"Name": f"tag:{TAG_CLUSTER}", "Values": [self.cluster_name]},
+            {"Name": "instance-state-name", "Values": list(states)},
+            *filters,
+        ]
+        try:
+            pages = self.clients.ec2.get_paginator("describe_instances").paginate(Filters=query)
+            for page in pages:
+                for reservation in page["Reservations"]:
+                    yield from reservation["Instances"]
+        except boto_errors() as exc:
+            raise ProviderError(f"cannot list instances: {error_message(exc)}") from exc
+
+    def nodes(self) -> list[Node]:
+        found: list[Node] = []
+        for instance in self._instances(ALL_STATES):
+            node = to_node(instance, self.private, self._acknowledged)
+            if node is None:
+                continue
+            if instance.get("PrivateIpAddress"):
+                self._private_ips[node.id] = str(instance["PrivateIpAddress"])
+            found.append(node)
+        return found
+
+    def zones(self, node_type: NodeType) -> tuple[str, ...]:
+        context = self.resolved().contexts.get(node_type.name)
+        return tuple(p.zone for p in context.placements) if context else ("",)
+
+    # -- launching ----------------------------------------------------------------------
+    def create_nodes(
+        self,
+        node_type: NodeType,
+        kind: NodeKind,
+        count: int,
+        tags: Mapping[str, str],
+        avoid_zones: Collection[str] = (),
+    ) -> list[Node]:
+        all_tags = {
+            **self.new_node_tags(node_type, kind, tags),
+            TAG_LAUNCH_CONFIG: launch_config_digest(node_type.node_config),
+            "Name": f"launcher-{self.cluster_name}-{kind.value}",
+        }
+        created: list[Node] = []
+        if kind is NodeKind.WORKER and self.settings.cache_stopped_nodes:
+            created += self._restart_stopped(node_type, count, all_tags, avoid_zones)
+        context = self.resolved().contexts[node_type.name]
+        if kind is NodeKind.WORKER:
+            context = dataclasses.replace(context, instance_profile_arn=None)
+        tried: list[str] = []
+        last = ""
+        for placement in placements_to_try(context.placements, avoid_zones):
+            # AWS may launch fewer than asked (MinCount is 1): ask again for the rest.
+            while len(created) < count:
+                try:
+                    batch = self._run(node_type, count - len(created), placement, context, all_tags)
+                except CapacityError as exc:
+                    tried.append(placement.zone)
+                    last = str(exc)
+                    break
+                if not batch:
+                    break
+                created += batch
+        if len(created) < count:
+            zones = tried or sorted(set(avoid_zones))
+            detail = last or "every zone it may use is being avoided after recent failures"
+            raise CapacityError(node_type.name, zones, detail, self._with_ips(created))
+        return self._with_ips(created)
+
+    def _run(
+        self,
+        node_type: NodeType,
+        count: int,
+        placement: Placement,
+        context: LaunchContext,
+        tags: Mapping[str, str],
+    ) -> list[Node]:
+        """One RunInstances call in `placement`; CapacityError when AWS has no room there."""
+        request = run_request(
+            node_type.node_config,
+            count,
+            placement,
+            context,
+            tags,
+            {TAG_CLUSTER: self.cluster_name},
+            client_token=uuid.uuid4().hex,
+        )
+        for attempt in range(PROFILE_RETRIES + 1):
+            try:
+                reply = self.clients.ec2.run_instances(**request)
+                break
+            except boto_errors() as exc:
+                if attempt < PROFILE_RETRIES and iam.is_profile_not_ready(exc):
+                    iam.wait_between_profile_retries(attempt)
+                    continue
+                if is_capacity(exc):
+                    raise CapacityError(
+                        node_type.name, (placement.zone,), error_message(exc)
+                    ) from exc
+                raise ProviderError(
+                    f"{node_type.name}: launch in {placement.zone} ({placement.subnet_id}) "
+                    f"refused: {error_message(exc)}"
+                ) from exc
+        nodes = []
+        for launched in reply["Instances"]:
+            # RunInstances may answer before the tags are readable back: use ours.
+            instance = {**launched, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+            node = to_node(instance, self.private, ())
+            if node is not None:
+                nodes.append(node)
+                if instance.get("PrivateIpAddress"):
+                    self._private_ips[node.id] = str(instance["PrivateIpAddress"])
+        return nodes
+
+    def _restart_stopped(
+        self,
+        node_type: NodeType,
+        count: int,
+        tags: Mapping[str, str],
+        avoid_zones: Collection[str],
+    ) -> list[Node]:
+        stopped = [
+            i
+            for i in self._instances(
+                ("stopped",),
+                {"Name": f"tag:{TAG_TYPE}", "Values": [node_type.name]},
+                {"Name": f"tag:{TAG_LAUNCH_CONFIG}", "Values": [tags[TAG_LAUNCH_CONFIG]]},
+            )
+            if i.get("Placement", {}).get("AvailabilityZone") not in avoid_zones
+        ][:count]
+        if not stopped:
+            return []
+        ids = [i["InstanceId"] for i in stopped]
+        try:
+            self.clients.ec2.start_instances(InstanceIds=ids)
+            self._tag(ids, tags)
+        except boto_errors() as exc:
+            if is_capacity(exc):
+                return []  # no room to start them here now: launch new ones instead
+            raise ProviderError(f"cannot restart stopped workers: {error_message(exc)}") from exc
+        nodes = []
+        for instance in stopped:
+            merged = {
+                **instance,
+                "Tags": [{"Key": k, "Value": v} for k, v in {**tags_of(instance), **tags}.items()],
+                "State": {"Name": "pending"},
+            }
+            node = to_node(merged, self.private, ())
+            if node is not None:
+                nodes.append(node)
+        return nodes
+
+    def _with_ips(self, nodes: list[Node]) -> list[Node]:
+        """Nodes reached by public address get one only once running: wait for it."""
+        if self.private or not nodes:
+            return nodes
+        deadline = time.monotonic() + PUBLIC_IP_WAIT_S
+        wanted = {n.id for n in nodes}
+        while True:
+            current = {n.id: n for n in self.nodes() if n.id in wanted}
+            if all(n.ip for n in current.values()) and len(current) == len(wanted):
+                return [current[n.id] for n in nodes]
+            if time.monotonic() > deadline:
+                missing = sorted(i for i in wanted if not (current.get(i) and current[i].ip))
+                raise ProviderError(
+                    f"instances {', '.join(missing)} have no public address after "
+                    f"{PUBLIC_IP_WAIT_S:g} s; use a subnet that assigns public IPs, or "
+                    "set provider.use_internal_ips: true when this machine is in the VPC"
+                )
+            time.sleep(2.0)
+
+    # -- changing -----------------------------------------------------------------------
+    def terminate_nodes(self, node_ids: Sequence[str]) -> None:
+        """Remove instances. The autoscaler (on the head) stops workers instead when
+        cache_stopped_nodes is set; from the user's machine (`down`) they are terminated."""
+        ids = list(dict.fromkeys(node_ids))
+        if not ids:
+            return
+        stop = self.on_head and self.settings.cache_stopped_nodes
+        try:
+            for start in range(0, len(ids), 500):
+                batch = ids[start : start + 500]
+                if stop:
+                    live = [
+                        i["InstanceId"]
+                        for i in self._instances(
+                            LIVE_STATES, {"Name": "instance-id", "Values": batch}
+                        )
+                    ]
+                    if live:
+                        self.clients.ec2.stop_instances(InstanceIds=live)
+                    gone = [i for i in batch if i not in live]
+                    if gone:
+                        self.clients.ec2.terminate_instances(InstanceIds=gone)
+                else:
+                    self.clients.ec2.terminate_instances(InstanceIds=batch)
+        except boto_errors() as exc:
+            raise ProviderError(f"cannot terminate {', '.join(ids)}: {error_message(exc)}") from exc
+        self._acknowledged.update(ids)
+
+    def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
+        try:
+            self._tag([node_id], tags)
+        except boto_errors() as exc:
+            raise ProviderError(f"cannot tag {node_id}: {error_message(exc)}") from exc
+
+    def _tag(self, ids: list[str], tags: Mapping[str, str]) -> None:
+        self.clients.ec2.create_tags(
+            Resources=ids, Tags=[{"Key": k, "Value": v} for k, v in tags.items()]
+        )
+
+    # -- reaching nodes -----------------------------------------------------------------
+    def ssh_private_key(self) -> str | None:
+        return self._key
+
+    def _access(self) -> SSHAccess:
+        with self._lock:
+            if self._ssh is None:
+                auth = self.config.auth
+                if self._key != auth.ssh_private_key:
+                    auth = dataclasses.replace(auth, ssh_private_key=self._key)
+                self._ssh = SSHAccess(self.cluster_name, auth)
+            return self._ssh
+
+    def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
+        if not node.ip:
+            raise ProviderError(f"instance {node.id} has no address yet")
+        return self._access().runner(node.ip, log_path)
+
+    def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
+        # Through the SSH connection: the security group lets in SSH only.
+        assert isinstance(runner, SSHRunner)
+        return runner.open_tunnel
+
+    def node_env(self, node: Node, head: Node | None) -> dict[str, str]:
+        env = super().node_env(node, head)
+        if node.id in self._private_ips:
+            env["LAUNCHER_NODE_IP"] = self._private_ips[node.id]
+        if head is not None and head.id in self._private_ips:
+            env["RAY_HEAD_IP"] = self._private_ips[head.id]
+        return env
+
+    def ray_address(self, head: Node) -> str:
+        return f"{self._private_ips.get(head.id, head.ip)}:6379"
+
+    # -- taking down --------------------------------------------------------------------
+    def cleanup(self, purge: bool = False) -> list[str]:
+        removed: list[str] = []
+        stopped = [i["InstanceId"] for i in self._instances(("stopped", "stopping"))]
+        if stopped:
+            self.terminate_nodes(stopped)
+            removed.append(f"{len(stopped)} stopped instance(s)")
+        removed += self._cancel_spot_requests()
+        left = [
+            i["InstanceId"] for i in self._instances(("pending", "running", "stopping", "stopped"))
+        ]
+        if left:
+            raise ProviderError(
+                f"instances of cluster {self.cluster_name} still there after terminating: "
+                f"{', '.join(left)}; run `launcher down` again"
+            )
+        if purge:
+            removed += self._purge()
+        return removed
+
+    def _cancel_spot_requests(self) -> list[str]:
+        try:
+            requests = self.clients.ec2.describe_spot_instance_requests(
+                Filters=[
+                    {"Name": f"tag:{TAG_CLUSTER}", "Values": [self.cluster_name]},
+                    {"Name": "state", "Values": ["open", "active"]},
+                ]
+            )["SpotInstanceRequests"]
+            ids = [r["SpotInstanceRequestId"] for r in requests]
+            if ids:
+                self.clients.ec2.cancel_spot_instance_requests(SpotInstanceRequestIds=ids)
+        except boto_errors() as exc:
+            raise ProviderError(f"cannot cancel spot requests: {error_message(exc)}") from exc
+        return [f"{len(ids)} spot request(s)"] if ids else []
+
+    def _purge(self) -> list[str]:
+        """Remove the shared bootstrap resources too (key pair, security group, IAM)."""
+        resolved = self.resolved()
+        self._wait_terminated()
+        removed: list[str] = []
+        for interface in self._own_interfaces():
+            self.clients.ec2.delete_network_interface(NetworkInterfaceId=interface)
+            removed.append(f"network interface {interface}")
+        if resolved.group_name and resolved.vpc_id:
+            removed += network.delete_group(self.clients, resolved.group_name, resolved.vpc_id)
+        if resolved.key_name:
+            removed += keys.delete_key_pair(self.clients, resolved.key_name)
+        if "IamInstanceProfile" not in self.config.head_type.node_config:
+            removed += iam.delete_head_profile(self.clients, self.cluster_name)
+        return removed
+
+    def _own_interfaces(self) -> list[str]:
+        found = self.clients.ec2.describe_network_interfaces(
+            Filters=[
+                {"Name": f"tag:{TAG_CLUSTER}", "Values": [self.cluster_name]},
+                {"Name": "status", "Values": ["available"]},
+            ]
+        )["NetworkInterfaces"]
+        return [str(i["NetworkInterfaceId"]) for i in found]
+
+    def _wait_terminated(self) -> None:
+        deadline = time.monotonic() + TERMINATE_WAIT_S
+        while any(True for _ in self._instances(("shutting-down",))):
+            if time.monotonic() > deadline:
+                raise ProviderError(
+                    "instances still shutting down; run `launcher down --purge` again later"
+                )
+            time.sleep(3.0)

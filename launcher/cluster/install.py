@@ -16,6 +16,7 @@ import hashlib
 import importlib.metadata
 import shlex
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,12 +56,16 @@ def _package_files() -> list[tuple[str, bytes]]:
     return sorted(files.items())
 
 
-def _requirements() -> list[str]:
+def _requirements(extra: str | None = None) -> list[str]:
+    """The launcher's own requirements, or those of one of its extras (`aws`...)."""
     try:
         required = importlib.metadata.requires("launcher") or []
     except importlib.metadata.PackageNotFoundError:
         return []
-    return [r for r in required if "extra ==" not in r]
+    if extra is None:
+        return [r for r in required if "extra ==" not in r]
+    marker = f'extra == "{extra}"'
+    return [r.split(";")[0].strip() for r in required if marker in r]
 
 
 def build_wheel() -> Wheel:
@@ -113,9 +118,14 @@ def _reuse_check(digest: str) -> str:
     )
 
 
-def _install_script(wheel_on_head: str, digest: str) -> str:
-    """Shell run on the head: make the environment and unpack the wheel in it."""
-    checks = shlex.quote("; ".join(f"import {name}" for name in _NEEDED))
+def _install_script(
+    wheel_on_head: str, digest: str, modules: Sequence[str], requirements: Sequence[str]
+) -> str:
+    """Shell run on the head: make the environment and unpack the wheel in it.
+    `modules`: more the autoscaler imports there (a provider's SDK), installed with pip
+    from `requirements` when missing."""
+    checks = shlex.quote("; ".join(f"import {name}" for name in (*_NEEDED, *modules)))
+    more = " ".join(shlex.quote(r) for r in requirements)
     purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
     # The head's own packages (Ray, as setup installed them) stay visible in the venv.
     site_dirs = (
@@ -134,7 +144,7 @@ def _install_script(wheel_on_head: str, digest: str) -> str:
             # Whatever the head lacks comes from pip (needs the network); each check imports
             # Ray, so it runs a second time only after pip.
             f'if ! "$V/bin/python" -c {checks} 2>/dev/null; then',
-            '  "$V/bin/python" -m pip install --quiet "$W" >/dev/null 2>&1',
+            f'  "$V/bin/python" -m pip install --quiet "$W" {more} >/dev/null 2>&1',
             f'  out=$("$V/bin/python" -c {checks} 2>&1) || {{ echo "$out" | tail -n 1; exit 6; }}',
             "fi",
             f'echo {digest} > "$V/.launcher-digest"; rm -f "$W"',
@@ -142,15 +152,24 @@ def _install_script(wheel_on_head: str, digest: str) -> str:
     )
 
 
-def install_on_head(runner: CommandRunner, env: dict[str, str]) -> tuple[Wheel, str]:
-    """Install the running launcher on the head. Returns the wheel and "reused" or
-    "installed"; raises LauncherError naming what the head lacks."""
+def install_on_head(
+    runner: CommandRunner,
+    env: dict[str, str],
+    sdk_module: str | None = None,
+    sdk_extra: str | None = None,
+) -> tuple[Wheel, str]:
+    """Install the running launcher on the head, with the provider's SDK (`sdk_module`,
+    from the launcher's `sdk_extra` requirements) when the head lacks it. Returns the
+    wheel and "reused" or "installed"; raises LauncherError naming what the head lacks."""
     wheel = build_wheel()
     if runner.run(_reuse_check(wheel.digest), env).ok:
         return wheel, "reused"
     remote = f"~/.launcher/{wheel.path.name}"
     runner.put(str(wheel.path), remote)
-    result = runner.run(_install_script(runner.remote_path(remote), wheel.digest), env)
+    modules = (sdk_module,) if sdk_module else ()
+    requirements = _requirements(sdk_extra) if sdk_extra and sdk_module else []
+    script = _install_script(runner.remote_path(remote), wheel.digest, modules, requirements)
+    result = runner.run(script, env)
     if not result.ok:
         detail = result.output_tail.strip().splitlines()[-1:] or [f"exit {result.exit_code}"]
         raise LauncherError(

@@ -21,6 +21,7 @@ from launcher.events import EventSink, Message, NodeProgress
 from launcher.paths import cluster_dir
 from launcher.providers.base import TAG_STATUS, Node, NodeKind, NodeProvider, NodeStatus
 from launcher.providers.factory import make_provider
+from launcher.providers.registry import provider_spec
 from launcher.updater.updater import NodeUpdater, UpdateOptions
 
 Confirm = Callable[[str], bool]
@@ -105,7 +106,13 @@ def _prepare_remote_head(
     """Install this launcher on a head that is another machine, and give it SSH access to
     the workers. Returns the autoscaler's spec and the head's Python to run it with."""
     config = session.config
-    wheel, outcome = install_on_head(session.runner, session.env)
+    spec_of = provider_spec(config.provider.type)
+    wheel, outcome = install_on_head(
+        session.runner,
+        session.env,
+        spec_of.sdk_module if spec_of else None,
+        spec_of.install_extra if spec_of else None,
+    )
     events(Message(f"launcher {outcome} on the head ({wheel.digest})"))
     placed = place_ssh_access(session.runner, session.env, config.cluster_name, key)
     return dataclasses.replace(spec, launcher_digest=wheel.digest, head_key=placed), wheel.python

@@ -1,0 +1,249 @@
+"""The AWS provider's pure parts: RunInstances requests, instances read as nodes, security
+group rules, the head's IAM policy."""
+
+from __future__ import annotations
+
+import datetime
+
+from launcher.config.frozen import freeze
+from launcher.providers.aws.iam import head_policy, head_role_name
+from launcher.providers.aws.instances import launch_config_digest, to_node
+from launcher.providers.aws.launch import (
+    LaunchContext,
+    Placement,
+    placements_to_try,
+    run_request,
+    subnet_ids,
+)
+from launcher.providers.aws.network import missing_rules, wanted_rules
+from launcher.providers.base import NodeKind, NodeState
+
+A = Placement("subnet-a", "us-west-2a")
+B = Placement("subnet-b", "us-west-2b")
+CONTEXT = LaunchContext(
+    placements=(A, B),
+    image_id="ami-default",
+    key_name="launcher-key",
+    security_group_id="sg-1",
+    instance_profile_arn="arn:aws:iam::123:instance-profile/launcher-head-c",
+)
+OURS = {"launcher-cluster": "c", "launcher-node-kind": "worker"}
+
+
+def request(node_config: dict[str, object], context: LaunchContext = CONTEXT) -> dict[str, object]:
+    return run_request(freeze(node_config), 3, B, context, OURS, {"launcher-cluster": "c"}, "tok")
+
+
+def tag_map(req: dict[str, object], kind: str) -> dict[str, str]:
+    specs = req["TagSpecifications"]
+    assert isinstance(specs, list)
+    found = [s for s in specs if s["ResourceType"] == kind]
+    assert len(found) == 1, specs
+    return {t["Key"]: t["Value"] for t in found[0]["Tags"]}
+
+
+def test_node_config_passes_through_and_the_launcher_adds_only_what_is_missing() -> None:
+    req = request(
+        {
+            "InstanceType": "m5.large",
+            "BlockDeviceMappings": [{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 100}}],
+            "SubnetIds": ["subnet-a", "subnet-b"],
+            "MetadataOptions": {"HttpTokens": "required"},
+        }
+    )
+    assert req["InstanceType"] == "m5.large"
+    assert req["BlockDeviceMappings"] == [{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 100}}]
+    assert req["MetadataOptions"] == {"HttpTokens": "required"}
+    assert "SubnetIds" not in req  # ours, not a RunInstances argument
+    assert req["SubnetId"] == "subnet-b"
+    assert req["SecurityGroupIds"] == ["sg-1"]
+    assert req["KeyName"] == "launcher-key"
+    assert req["ImageId"] == "ami-default"
+    assert req["IamInstanceProfile"] == {"Arn": CONTEXT.instance_profile_arn}
+    assert (req["MinCount"], req["MaxCount"], req["ClientToken"]) == (1, 3, "tok")
+
+
+def test_what_the_user_names_is_never_overridden() -> None:
+    req = request(
+        {
+            "InstanceType": "m5.large",
+            "ImageId": "ami-mine",
+            "KeyName": "my-key",
+            "SecurityGroupIds": ["sg-mine"],
+            "IamInstanceProfile": {"Name": "my-profile"},
+        },
+        LaunchContext(placements=(A, B), key_name="launcher-key", security_group_id="sg-1"),
+    )
+    assert req["ImageId"] == "ami-mine"
+    assert req["KeyName"] == "my-key"
+    assert req["SecurityGroupIds"] == ["sg-mine"]
+    assert req["IamInstanceProfile"] == {"Name": "my-profile"}
+
+
+def test_launch_template_keeps_its_own_key() -> None:
+    req = request(
+        {"LaunchTemplate": {"LaunchTemplateName": "t", "Version": "$Latest"}},
+        LaunchContext(placements=(A, B), key_name="launcher-key"),
+    )
+    assert "KeyName" not in req
+    assert "ImageId" not in req
+
+
+def test_tags_merge_with_the_users_and_ours_win() -> None:
+    req = request(
+        {
+            "InstanceType": "m5.large",
+            "InstanceMarketOptions": {"MarketType": "spot"},
+            "TagSpecifications": [
+                {
+                    "ResourceType": "instance",
+                    "Tags": [
+                        {"Key": "team", "Value": "ml"},
+                        {"Key": "launcher-cluster", "Value": "forged"},
+                    ],
+                },
+                {"ResourceType": "volume", "Tags": [{"Key": "backup", "Value": "no"}]},
+            ],
+        }
+    )
+    assert tag_map(req, "instance") == {**OURS, "team": "ml"}
+    assert tag_map(req, "volume") == {"backup": "no", "launcher-cluster": "c"}
+    assert tag_map(req, "network-interface") == {"launcher-cluster": "c"}
+    assert tag_map(req, "spot-instances-request") == {"launcher-cluster": "c"}
+
+
+def test_on_demand_launch_tags_no_spot_request() -> None:
+    req = request({"InstanceType": "m5.large"})
+    kinds = {s["ResourceType"] for s in req["TagSpecifications"]}  # type: ignore[attr-defined]
+    assert "spot-instances-request" not in kinds
+
+
+def test_network_interfaces_keep_their_subnets_and_get_the_group() -> None:
+    config = {
+        "InstanceType": "m5.large",
+        "NetworkInterfaces": [
+            {"DeviceIndex": 1, "SubnetId": "subnet-y"},
+            {"DeviceIndex": 0, "SubnetId": "subnet-x", "Groups": ["sg-x"]},
+        ],
+    }
+    assert subnet_ids(freeze(config)) == ("subnet-x",)
+    req = request(config)
+    assert "SubnetId" not in req and "SecurityGroupIds" not in req
+    assert req["NetworkInterfaces"] == [
+        {"DeviceIndex": 1, "SubnetId": "subnet-y", "Groups": ["sg-1"]},
+        {"DeviceIndex": 0, "SubnetId": "subnet-x", "Groups": ["sg-x"]},
+    ]
+
+
+def test_subnets_are_tried_in_order_without_avoided_zones() -> None:
+    assert subnet_ids(freeze({"SubnetIds": ["s2", "s1"]})) == ("s2", "s1")
+    assert subnet_ids(freeze({"SubnetId": "s3"})) == ("s3",)
+    assert placements_to_try([A, B], ()) == [A, B]
+    assert placements_to_try([A, B], {"us-west-2a"}) == [B]
+    assert placements_to_try([A, B], {"us-west-2a", "us-west-2b"}) == []
+
+
+def instance(state: str, kind: str = "worker", reason: str | None = None) -> dict[str, object]:
+    data: dict[str, object] = {
+        "InstanceId": "i-1",
+        "State": {"Name": state},
+        "PrivateIpAddress": "10.0.0.5",
+        "PublicIpAddress": "3.3.3.3",
+        "Placement": {"AvailabilityZone": "us-west-2b"},
+        "LaunchTime": datetime.datetime(2026, 11, 1, tzinfo=datetime.UTC),
+        "Tags": [
+            {"Key": "launcher-cluster", "Value": "c"},
+            {"Key": "launcher-node-kind", "Value": kind},
+            {"Key": "launcher-node-type", "Value": "spot"},
+        ],
+    }
+    if reason:
+        data["StateReason"] = {"Code": reason, "Message": reason}
+    return data
+
+
+def test_instances_read_as_nodes() -> None:
+    running = to_node(instance("running"), use_private_ip=False, acknowledged=())
+    assert running is not None
+    assert (running.kind, running.state, running.ip, running.zone, running.node_type) == (
+        NodeKind.WORKER,
+        NodeState.RUNNING,
+        "3.3.3.3",
+        "us-west-2b",
+        "spot",
+    )
+    assert running.created_at == datetime.datetime(2026, 11, 1, tzinfo=datetime.UTC).timestamp()
+    private = to_node(instance("pending"), use_private_ip=True, acknowledged=())
+    assert private is not None and private.ip == "10.0.0.5"
+    assert private.state is NodeState.PENDING
+    for state in ("stopping", "stopped", "shutting-down", "terminated"):
+        assert to_node(instance(state), use_private_ip=True, acknowledged=()) is None
+    untagged = {**instance("running"), "Tags": []}
+    assert to_node(untagged, use_private_ip=True, acknowledged=()) is None
+
+
+def test_a_reclaimed_spot_worker_is_preempted_until_answered() -> None:
+    gone = instance("terminated", reason="Server.SpotInstanceTermination")
+    node = to_node(gone, use_private_ip=True, acknowledged=())
+    assert node is not None and node.state is NodeState.PREEMPTED and node.zone == "us-west-2b"
+    assert to_node(gone, use_private_ip=True, acknowledged={"i-1"}) is None
+    stopped = instance("stopped", reason="Server.SpotInstanceShutdown")
+    assert to_node(stopped, use_private_ip=True, acknowledged=()) is not None
+    user_terminated = instance("terminated", reason="Client.UserInitiatedShutdown")
+    assert to_node(user_terminated, use_private_ip=True, acknowledged=()) is None
+    head = instance("terminated", kind="head", reason="Server.SpotInstanceTermination")
+    assert to_node(head, use_private_ip=True, acknowledged=()) is None
+
+
+def test_launch_config_digest_follows_node_config() -> None:
+    one = launch_config_digest(freeze({"InstanceType": "m5.large", "ImageId": "ami-1"}))
+    same = launch_config_digest(freeze({"ImageId": "ami-1", "InstanceType": "m5.large"}))
+    other = launch_config_digest(freeze({"InstanceType": "m5.xlarge", "ImageId": "ami-1"}))
+    assert one == same != other
+
+
+def test_security_group_rules_missing_are_found_and_present_ones_are_not_added_again() -> None:
+    wanted = wanted_rules(
+        "sg-1",
+        ["203.0.113.7/32"],
+        [
+            {
+                "IpProtocol": "tcp",
+                "FromPort": 8265,
+                "ToPort": 8265,
+                "IpRanges": [{"CidrIp": "10.0.0.0/8"}],
+            }
+        ],
+    )
+    assert len(missing_rules(wanted, [])) == 3
+    present = [
+        {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": "sg-1", "UserId": "123"}]},
+        {
+            "IpProtocol": "tcp",
+            "FromPort": 22,
+            "ToPort": 22,
+            "IpRanges": [{"CidrIp": "203.0.113.7/32"}, {"CidrIp": "198.51.100.0/24"}],
+        },
+    ]
+    left = missing_rules(wanted, present)
+    assert [r["FromPort"] for r in left] == [8265]
+    ssh = [r for r in wanted if r.get("FromPort") == 22]
+    assert [r["IpRanges"][0]["CidrIp"] for r in ssh] == ["203.0.113.7/32"]  # never 0.0.0.0/0
+
+
+def test_head_policy_limits_changes_to_the_clusters_tagged_instances() -> None:
+    policy = head_policy("c1", "us-west-2", "123456789012")
+    statements = {s["Sid"]: s for s in policy["Statement"]}
+    manage = statements["ManageOwnInstances"]
+    assert set(manage["Action"]) >= {"ec2:TerminateInstances", "ec2:StopInstances"}
+    assert manage["Condition"] == {"StringEquals": {"ec2:ResourceTag/launcher-cluster": "c1"}}
+    assert manage["Resource"] == "arn:aws:ec2:us-west-2:123456789012:instance/*"
+    launch = statements["LaunchTaggedInstances"]
+    assert launch["Condition"] == {"StringEquals": {"aws:RequestTag/launcher-cluster": "c1"}}
+    # Nothing but describing is allowed on every resource without a condition.
+    for statement in policy["Statement"]:
+        if statement["Resource"] == "*" and "Condition" not in statement:
+            assert statement["Action"] == "ec2:Describe*"
+    assert "iam:" not in str(policy)
+    assert head_role_name("my cluster/1") == "launcher-head-my-cluster-1"
+    assert len(head_role_name("x" * 100)) == 64

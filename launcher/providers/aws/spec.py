@@ -10,6 +10,7 @@ from launcher.config.frozen import freeze
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
 from launcher.config.problems import Problem
 from launcher.pricing import PriceTable, load_prices
+from launcher.providers.aws.keys import default_key_name
 from launcher.providers.aws.launch import is_spot, names_groups
 from launcher.providers.spec import (
     NodeOffer,
@@ -154,7 +155,7 @@ class AwsSpec(ProviderSpec):
         if _all_set(config, "KeyName") or _all_set(config, "LaunchTemplate"):
             plan.append(PlannedResource("key pair", "from node_config", "reuse"))
         else:
-            key = provider.key_name or f"launcher_{name}_{provider.region}"
+            key = provider.key_name or default_key_name(name, provider.region)
             plan.append(
                 PlannedResource(
                     "key pair",
@@ -172,8 +173,8 @@ class AwsSpec(ProviderSpec):
                     "security group",
                     provider.security_group_name or f"launcher-{name}",
                     "create if missing",
-                    "SSH from your own address only; all traffic between the cluster's nodes"
-                    + (f"; {extra} extra inbound rule(s)" if extra else ""),
+                    f"SSH from {_ssh_sources(provider)} only; all traffic between the "
+                    "cluster's nodes" + (f"; {extra} extra inbound rule(s)" if extra else ""),
                 )
             )
         if "IamInstanceProfile" in config.head_type.node_config:
@@ -215,7 +216,9 @@ class AwsSpec(ProviderSpec):
         if "latest_dlami" in images:
             notes.append("latest_dlami is resolved at `up` to the region's Deep Learning AMI")
         if "default" in images:
-            notes.append("default: the launcher's Ubuntu image for the region")
+            notes.append(
+                "default: the newest Canonical Ubuntu 24.04 image of the region, looked up at `up`"
+            )
         return PlannedResource("images", ", ".join(images), "use", "; ".join(notes))
 
     def node_offer(
@@ -227,3 +230,11 @@ class AwsSpec(ProviderSpec):
             return NodeOffer("instance type from launch template", spot, None)
         info = prices.machine("aws", kind)
         return NodeOffer(kind, spot, info.price if info else None)
+
+
+def _ssh_sources(provider: AwsProviderConfig) -> str:
+    if provider.allow_ssh_from:
+        return ", ".join(provider.allow_ssh_from)
+    if provider.use_internal_ips:
+        return "the VPC's address range"
+    return "your own public address"

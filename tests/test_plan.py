@@ -109,7 +109,7 @@ def test_bootstrap_resources_reuse_what_node_config_names(
     assert actions["key pair"] == "create if missing"
     assert actions["security group"] == "create if missing"
     group = next(r for r in plan.resources if r.kind == "security group")
-    assert "your own address only" in group.detail
+    assert "your own public address only" in group.detail
 
 
 def test_localhost_plan_is_free_and_names_the_state_dir(

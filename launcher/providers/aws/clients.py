@@ -3,15 +3,23 @@
 boto3 is imported here only, and only when a cluster on AWS is used. Throttling
 (`RequestLimitExceeded` and kin) is retried by botocore's "standard" retry mode, which backs
 off exponentially with full jitter; we raise the attempt count because a cluster launch makes
-bursts of calls. The endpoint comes from boto3's usual sources (`AWS_ENDPOINT_URL`, the
+bursts of calls. Launch calls are the exception: EC2 answers "no capacity" with HTTP 500,
+which botocore would retry in place for up to a minute, so they go through `ec2_launch`
+(no botocore retries) and `retry_throttled`, which retries only throttling and transient
+server errors and lets capacity errors through at once, to be answered in another zone.
+
+The endpoint comes from boto3's usual sources (`AWS_ENDPOINT_URL`, the
 shared config file), so the same code talks to AWS or to a local stand-in.
 """
 
 from __future__ import annotations
 
+import random
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from launcher.errors import ProviderError
 
@@ -31,6 +39,10 @@ CAPACITY_CODES = frozenset(
     }
 )
 THROTTLING_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException"})
+TRANSIENT_CODES = frozenset(
+    {"InternalError", "ServiceFailure", "Unavailable", "ServiceUnavailable"}
+)
+T = TypeVar("T")
 NOT_FOUND_SUFFIXES = (".NotFound", ".Malformed", "NoSuchEntity")
 
 
@@ -67,6 +79,27 @@ def is_duplicate(exc: BaseException) -> bool:
     }
 
 
+def retry_throttled(
+    call: Callable[[], T],
+    attempts: int = MAX_ATTEMPTS,
+    base_s: float = 0.5,
+    cap_s: float = 20.0,
+    sleep: Callable[[float], None] = time.sleep,
+    jitter: Callable[[], float] = random.random,
+) -> T:
+    """`call()`, retried on throttling and transient server errors with exponential backoff
+    and full jitter; any other error (capacity ones included) is raised at once."""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except boto_errors() as exc:
+            code = error_code(exc)
+            if attempt + 1 >= attempts or code not in THROTTLING_CODES | TRANSIENT_CODES:
+                raise
+            sleep(jitter() * min(cap_s, base_s * 2**attempt))
+    raise AssertionError("unreachable")
+
+
 def boto_errors() -> tuple[type[BaseException], ...]:
     """The exceptions botocore raises for refused calls and unreachable endpoints."""
     from botocore.exceptions import BotoCoreError, ClientError
@@ -82,16 +115,16 @@ class AwsClients:
     _made: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def _client(self, service: str) -> Any:
+    def _client(self, service: str, attempts: int = MAX_ATTEMPTS) -> Any:
         with self._lock:
-            client = self._made.get(service)
+            client = self._made.get(f"{service}/{attempts}")
             if client is None:
                 import boto3
                 from botocore.config import Config
 
                 config = Config(
                     region_name=self.region,
-                    retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+                    retries={"mode": "standard", "max_attempts": attempts},
                     connect_timeout=10,
                     read_timeout=60,
                 )
@@ -99,8 +132,13 @@ class AwsClients:
                     client = boto3.session.Session().client(service, config=config)
                 except Exception as exc:  # no region, broken profile, ...
                     raise ProviderError(f"cannot use AWS {service}: {exc}") from exc
-                self._made[service] = client
+                self._made[f"{service}/{attempts}"] = client
             return client
+
+    @property
+    def ec2_launch(self) -> Any:
+        """EC2 without botocore's retries: for launches, through `retry_throttled`."""
+        return self._client("ec2", attempts=1)
 
     @property
     def ec2(self) -> Any:

@@ -33,6 +33,7 @@ from launcher.providers.aws.clients import (
     boto_errors,
     error_message,
     is_capacity,
+    retry_throttled,
 )
 from launcher.providers.aws.instances import (
     LIVE_STATES,
@@ -204,7 +205,7 @@ class AwsProvider(NodeProvider):
         )
         for attempt in range(PROFILE_RETRIES + 1):
             try:
-                reply = self.clients.ec2.run_instances(**request)
+                reply = retry_throttled(lambda: self.clients.ec2_launch.run_instances(**request))
                 break
             except boto_errors() as exc:
                 if attempt < PROFILE_RETRIES and iam.is_profile_not_ready(exc):
@@ -249,7 +250,7 @@ class AwsProvider(NodeProvider):
             return []
         ids = [i["InstanceId"] for i in stopped]
         try:
-            self.clients.ec2.start_instances(InstanceIds=ids)
+            retry_throttled(lambda: self.clients.ec2_launch.start_instances(InstanceIds=ids))
             self._tag(ids, tags)
         except boto_errors() as exc:
             if is_capacity(exc):

@@ -124,7 +124,7 @@ class AwsClients:
 
                 config = Config(
                     region_name=self.region,
-                    retries={"mode": "standard", "max_attempts": attempts},
+                    retries={"mode": "standard", "total_max_attempts": attempts},
                     connect_timeout=10,
                     read_timeout=60,
                 )

@@ -195,12 +195,19 @@ def ensure_group(
     return group_id, done
 
 
-def delete_group(clients: AwsClients, name: str, vpc_id: str) -> list[str]:
+def delete_groups(clients: AwsClients, name: str, cluster_name: str) -> list[str]:
+    """Delete the cluster's security groups called `name` (in any VPC)."""
+    removed = []
     try:
-        group = find_group(clients, name, vpc_id)
-        if group is None:
-            return []
-        clients.ec2.delete_security_group(GroupId=group["GroupId"])
+        groups = clients.ec2.describe_security_groups(
+            Filters=[
+                {"Name": "group-name", "Values": [name]},
+                {"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster_name]},
+            ]
+        )["SecurityGroups"]
+        for group in groups:
+            clients.ec2.delete_security_group(GroupId=group["GroupId"])
+            removed.append(f"security group {name} ({group['GroupId']})")
     except boto_errors() as exc:
         raise ProviderError(f"cannot delete security group {name}: {error_message(exc)}") from exc
-    return [f"security group {name} ({group['GroupId']})"]
+    return removed

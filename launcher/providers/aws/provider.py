@@ -27,7 +27,7 @@ from typing import Any
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ProviderError
 from launcher.providers.aws import iam, keys, network
-from launcher.providers.aws.bootstrap import Resolved, own_key_name, resolve
+from launcher.providers.aws.bootstrap import Resolved, group_name, own_key_name, resolve
 from launcher.providers.aws.clients import (
     AwsClients,
     boto_errors,
@@ -398,16 +398,15 @@ class AwsProvider(NodeProvider):
 
     def _purge(self) -> list[str]:
         """Remove the shared bootstrap resources too (key pair, security group, IAM)."""
-        resolved = self.resolved()
         self._wait_terminated()
         removed: list[str] = []
         for interface in self._own_interfaces():
             self.clients.ec2.delete_network_interface(NetworkInterfaceId=interface)
             removed.append(f"network interface {interface}")
-        if resolved.group_name and resolved.vpc_id:
-            removed += network.delete_group(self.clients, resolved.group_name, resolved.vpc_id)
-        if resolved.key_name:
-            removed += keys.delete_key_pair(self.clients, resolved.key_name)
+        removed += network.delete_groups(self.clients, group_name(self.config), self.cluster_name)
+        key_name = own_key_name(self.config)
+        if key_name:
+            removed += keys.delete_key_pair(self.clients, key_name)
         if "IamInstanceProfile" not in self.config.head_type.node_config:
             removed += iam.delete_head_profile(self.clients, self.cluster_name)
         return removed

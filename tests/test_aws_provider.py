@@ -1,0 +1,222 @@
+"""The EC2 provider against moto's real EC2/IAM HTTP server, with faults injected on the
+wire: bootstrap, zone failover, throttling, lost answers, spot reclaims, stopped-node reuse
+and teardown. (tests/test_aws_cluster.py runs whole clusters over SSH.)"""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from launcher.config.loader import Overrides, parse_config
+from launcher.config.model import ClusterConfig
+from launcher.errors import CapacityError, ProviderError
+from launcher.providers.aws.provider import AwsProvider
+from launcher.providers.base import NodeKind, NodeState
+from tests.aws_fake import LoopbackVpc, MotoServer, interrupt_spot, loopback_vpc
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[MotoServer]:
+    with MotoServer() as running:
+        yield running
+
+
+@pytest.fixture
+def vpc(server: MotoServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> LoopbackVpc:
+    server.reset()
+    server.apply_env(monkeypatch)
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "home"))
+    return loopback_vpc(server.client("ec2"))
+
+
+def image(server: MotoServer) -> str:
+    return str(server.client("ec2").describe_images(Owners=["amazon"])["Images"][0]["ImageId"])
+
+
+def config(server: MotoServer, vpc: LoopbackVpc, extra: str = "") -> ClusterConfig:
+    a, b, c = vpc.subnet_ids
+    ami = image(server)
+    text = f"""
+cluster_name: prov
+max_workers: 10
+provider: {{type: aws, region: us-west-2, use_internal_ips: true{extra}}}
+auth: {{ssh_user: root}}
+available_node_types:
+  head:
+    node_config: {{InstanceType: m5.large, ImageId: {ami}, SubnetIds: [{a}]}}
+    resources: {{CPU: 2}}
+  spot:
+    node_config:
+      InstanceType: m5.large
+      ImageId: {ami}
+      SubnetIds: [{a}, {b}, {c}]
+      InstanceMarketOptions: {{MarketType: spot}}
+    resources: {{CPU: 2}}
+    max_workers: 10
+head_node_type: head
+"""
+    return parse_config(text, "prov.yaml", Overrides())
+
+
+def ready(server: MotoServer, vpc: LoopbackVpc, extra: str = "") -> AwsProvider:
+    provider = AwsProvider(config(server, vpc, extra))
+    provider.bootstrap()
+    return provider
+
+
+def test_bootstrap_creates_what_is_missing_once(server: MotoServer, vpc: LoopbackVpc) -> None:
+    provider = AwsProvider(config(server, vpc))
+    made = provider.bootstrap()
+    assert any(line.startswith("created key pair launcher-prov-us-west-2") for line in made)
+    assert any("created security group launcher-prov" in line for line in made)
+    assert any("IAM instance profile launcher-head-prov" in line for line in made)
+    key = Path(provider.ssh_private_key() or "")
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert "PRIVATE KEY" in key.read_text()
+    # A second `up` (a new provider, as a new process would make) creates nothing.
+    assert AwsProvider(config(server, vpc)).bootstrap() == []
+    ec2 = server.client("ec2")
+    group = ec2.describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": ["launcher-prov"]}]
+    )["SecurityGroups"][0]
+    ssh = [p for p in group["IpPermissions"] if p.get("FromPort") == 22]
+    assert [r["CidrIp"] for p in ssh for r in p["IpRanges"]] == ["127.16.0.0/16"]
+    peers = [p for p in group["IpPermissions"] if p["IpProtocol"] == "-1"]
+    assert [g["GroupId"] for p in peers for g in p["UserIdGroupPairs"]] == [group["GroupId"]]
+    assert "0.0.0.0/0" not in str(group["IpPermissions"])
+
+
+def test_ssh_sources_can_be_named(server: MotoServer, vpc: LoopbackVpc) -> None:
+    ready(server, vpc, ", allow_ssh_from: [198.51.100.0/24]")
+    group = server.client("ec2").describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": ["launcher-prov"]}]
+    )["SecurityGroups"][0]
+    ssh = [r["CidrIp"] for p in group["IpPermissions"] for r in p.get("IpRanges", [])]
+    assert ssh == ["198.51.100.0/24"]
+
+
+def test_head_gets_the_instance_profile_and_workers_do_not(
+    server: MotoServer, vpc: LoopbackVpc
+) -> None:
+    provider = ready(server, vpc)
+    cfg = provider.config
+    head = provider.create_nodes(cfg.head_type, NodeKind.HEAD, 1, {})[0]
+    worker = provider.create_nodes(cfg.node_types["spot"], NodeKind.WORKER, 1, {})[0]
+    runs = [c.call for c in server.calls("RunInstances")]
+    assert "IamInstanceProfile.Arn" in runs[0]
+    assert "IamInstanceProfile.Arn" not in runs[1] and "IamInstanceProfile.Name" not in runs[1]
+    assert head.ip is not None and head.ip.startswith("127.16.1.")
+    assert worker.ip is not None and worker.ip.startswith("127.16.")
+    assert provider.ray_address(head) == f"{head.ip}:6379"
+    assert {n.id for n in provider.nodes()} == {head.id, worker.id}
+    assert provider.head() == next(n for n in provider.nodes() if n.id == head.id)
+
+
+def test_capacity_errors_move_to_the_next_zone_then_give_up_naming_them(
+    server: MotoServer, vpc: LoopbackVpc
+) -> None:
+    provider = ready(server, vpc)
+    spot = provider.config.node_types["spot"]
+    server.faults.no_capacity(zone="us-west-2a")
+    made = provider.create_nodes(spot, NodeKind.WORKER, 2, {})
+    assert {n.zone for n in made} == {"us-west-2b"}
+    # Failover is immediate: one refused call in zone a, not botocore retrying it in place.
+    refused = [c for c in server.calls("RunInstances") if c.call.zone == "us-west-2a"]
+    assert len(refused) == 1
+    server.faults.no_capacity(zone="us-west-2b")
+    server.faults.no_capacity(zone="us-west-2c")
+    with pytest.raises(CapacityError) as caught:
+        provider.create_nodes(spot, NodeKind.WORKER, 1, {})
+    assert caught.value.zones == ("us-west-2a", "us-west-2b", "us-west-2c")
+    assert "InsufficientInstanceCapacity" in str(caught.value)
+    # Zones the autoscaler avoids are not tried at all.
+    server.faults.clear()
+    server.clear_calls()
+    later = provider.create_nodes(spot, NodeKind.WORKER, 1, {}, avoid_zones={"us-west-2a"})
+    assert later[0].zone == "us-west-2b"
+    assert all(c.call.zone != "us-west-2a" for c in server.calls("RunInstances"))
+
+
+def test_throttling_is_retried_and_a_lost_answer_launches_nothing_twice(
+    server: MotoServer, vpc: LoopbackVpc
+) -> None:
+    provider = ready(server, vpc)
+    spot = provider.config.node_types["spot"]
+    server.faults.add("RunInstances", "RequestLimitExceeded", times=3)
+    made = provider.create_nodes(spot, NodeKind.WORKER, 1, {})
+    assert len(made) == 1
+    assert len(server.calls("RunInstances")) == 4
+    # The launch takes effect but its answer is lost: the retry (same client token) gets
+    # the same instances back.
+    server.faults.add("RunInstances", "InternalError", times=1, after=True)
+    again = provider.create_nodes(spot, NodeKind.WORKER, 2, {})
+    assert len(again) == 2
+    assert len(provider.workers()) == 3
+
+
+def test_a_reclaimed_spot_worker_is_preempted_until_answered(
+    server: MotoServer, vpc: LoopbackVpc
+) -> None:
+    provider = ready(server, vpc)
+    worker = provider.create_nodes(provider.config.node_types["spot"], NodeKind.WORKER, 1, {})[0]
+    interrupt_spot(server, worker.id)
+    listed = {n.id: n for n in provider.nodes()}
+    assert listed[worker.id].state is NodeState.PREEMPTED
+    assert listed[worker.id].zone == worker.zone
+    provider.terminate_nodes([worker.id])
+    assert worker.id not in {n.id for n in provider.nodes()}
+
+
+def test_stopped_workers_are_reused_and_down_terminates_them(
+    server: MotoServer, vpc: LoopbackVpc
+) -> None:
+    provider = ready(server, vpc)
+    spot = provider.config.node_types["spot"]
+    worker = provider.create_nodes(spot, NodeKind.WORKER, 1, {"launcher-node-status": "x"})[0]
+    on_head = AwsProvider(provider.config, on_head=True)
+    on_head.terminate_nodes([worker.id])  # the autoscaler scaling down: stopped, kept
+    state = server.client("ec2").describe_instances(InstanceIds=[worker.id])
+    assert state["Reservations"][0]["Instances"][0]["State"]["Name"] in ("stopping", "stopped")
+    assert provider.workers() == []
+    server.clear_calls()
+    again = on_head.create_nodes(spot, NodeKind.WORKER, 1, {"launcher-node-status": "new"})
+    assert [n.id for n in again] == [worker.id]
+    assert server.calls("RunInstances") == []
+    assert provider.workers()[0].tags["launcher-node-status"] == "new"
+    on_head.terminate_nodes([worker.id])
+    removed = provider.cleanup()  # `down`: the stopped worker goes too
+    assert removed == ["1 stopped instance(s)"]
+    live = server.client("ec2").describe_instances(
+        Filters=[
+            {"Name": "tag:launcher-cluster", "Values": ["prov"]},
+            {"Name": "instance-state-name", "Values": ["pending", "running", "stopped"]},
+        ]
+    )["Reservations"]
+    assert live == []
+
+
+def test_purge_removes_the_shared_resources(server: MotoServer, vpc: LoopbackVpc) -> None:
+    provider = ready(server, vpc)
+    head = provider.create_nodes(provider.config.head_type, NodeKind.HEAD, 1, {})[0]
+    provider.terminate_nodes([head.id])
+    assert provider.cleanup() == []  # shared resources stay for the next `up`
+    removed = provider.cleanup(purge=True)
+    assert any(r.startswith("security group launcher-prov") for r in removed)
+    assert any(r.startswith("key pair launcher-prov-us-west-2") for r in removed)
+    assert "IAM role launcher-head-prov" in removed
+    assert server.client("iam").list_roles()["Roles"] == []
+    assert AwsProvider(provider.config).cleanup(purge=True) == []  # nothing left: no-op
+
+
+def test_the_head_looks_up_but_creates_nothing(server: MotoServer, vpc: LoopbackVpc) -> None:
+    with pytest.raises(ProviderError, match="security group launcher-prov is missing"):
+        AwsProvider(config(server, vpc), on_head=True).bootstrap()
+    ready(server, vpc)
+    server.clear_calls()
+    on_head = AwsProvider(config(server, vpc), on_head=True)
+    assert on_head.bootstrap() == []
+    made = {c.call.action for c in server.calls()}
+    assert not {a for a in made if a and a.startswith(("Create", "Authorize", "Put", "Add"))}

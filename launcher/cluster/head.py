@@ -20,6 +20,7 @@ from launcher.paths import node_log
 from launcher.providers.base import Node, NodeProvider, NodeStatus
 from launcher.providers.factory import make_provider
 from launcher.runners.base import CommandRunner
+from launcher.updater.runner import node_runner
 
 DIGEST_FILE = f"{HEAD_DIR}/autoscaler.digest"
 
@@ -44,7 +45,8 @@ def connect(config: ClusterConfig, provider: NodeProvider | None = None) -> Head
             f"cluster {config.cluster_name} {state}; start it with "
             f"`launcher up {config.source or 'CLUSTER.yaml'}`"
         )
-    runner = provider.command_runner(head, node_log(config.cluster_name, head.id))
+    # Through the head's container when it has one: Ray, and the autoscaler, are in it.
+    runner = node_runner(provider, config, head, node_log(config.cluster_name, head.id))
     env = provider.node_env(head, head)
     env["RAY_ADDRESS"] = provider.ray_address(head)
     # Ray's own autoscaler runs read-only beside ours and would tell drivers that no node

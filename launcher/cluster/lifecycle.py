@@ -51,14 +51,15 @@ def load_for_command(path: str, overrides: Overrides) -> tuple[ClusterConfig, st
     return parse_config(text, path, overrides), text
 
 
-def refuse_unsupported(config: ClusterConfig) -> None:
+def refuse_unsupported(config: ClusterConfig, provider: NodeProvider) -> None:
     images = config.docker.enabled or any(
         t.docker is not None and t.docker.worker_image for t in config.node_types.values()
     )
-    if images:
+    if images and config.docker.container_name and not provider.supports_containers:
         raise UsageError(
-            f"{config.source}: running setup inside containers (docker.image) is not supported "
-            'yet; remove the docker section (or set image: "") to run on the hosts'
+            f"{config.source}: the {config.provider.type} provider runs every node on this "
+            "machine, so its nodes cannot run in containers (docker.image); remove the docker "
+            'section (or set image: "") to run on the host, or use provider type local'
         )
 
 
@@ -66,8 +67,8 @@ def up(
     path: str, overrides: Overrides, options: UpOptions, events: EventSink, confirm: Confirm
 ) -> UpResult:
     config, text = load_for_command(path, overrides)
-    refuse_unsupported(config)
     provider = make_provider(config)
+    refuse_unsupported(config, provider)
     with ClusterLock(
         config.cluster_name, "launcher up", on_wait=lambda m: events(Message(m, "warning"))
     ):

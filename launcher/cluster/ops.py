@@ -24,6 +24,7 @@ from launcher.errors import NoClusterError
 from launcher.providers.base import Node, NodeKind
 from launcher.providers.factory import make_provider
 from launcher.runners.base import OutputSink
+from launcher.runners.container import host_runner
 from launcher.runners.forward import forwarding
 from launcher.updater.updater import upload_excludes
 
@@ -51,7 +52,9 @@ def _forwarded(session: HeadSession, ports: Sequence[tuple[int, int]]) -> Iterat
     if not ports:
         yield
         return
-    with forwarding(list(ports), session.provider.port_opener(session.head, session.runner)):
+    # To the head's host: a container shares its network (--net=host).
+    opener = session.provider.port_opener(session.head, host_runner(session.runner))
+    with forwarding(list(ports), opener):
         yield
 
 

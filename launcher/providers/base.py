@@ -89,6 +89,9 @@ class NodeProvider(ABC):
     # Whether `up` installs the launcher on the head to run the autoscaler there (the head
     # is another machine); False where the head shares this machine's installation.
     installs_launcher_on_head = False
+    # Whether nodes can run in containers (`docker:`); False where every node is on this
+    # machine (one container name per machine).
+    supports_containers = True
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         self.config = config
@@ -159,6 +162,11 @@ class NodeProvider(ABC):
         if head is not None and head.ip:
             env["RAY_HEAD_IP"] = head.ip
         return env
+
+    def container_mounts(self, node: Node) -> tuple[str, ...]:
+        """Directories of `node`'s host (`~/...`) that the launcher's code inside the node's
+        container must share with the host; mounted at the same place under its home."""
+        return ()
 
     def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
         """How `-p/--port-forward` reaches a port of `node` (through `runner`'s connection

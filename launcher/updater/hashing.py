@@ -1,8 +1,8 @@
 """Fingerprints of what the updater applies, so an unchanged node is skipped.
 
-The setup hash covers file mount contents (unless they sync continuously) and the commands
-before Ray starts; the start hash covers the start commands and the node's resources. Both
-are stored as node tags.
+The setup hash covers file mount contents (unless they sync continuously), the commands
+before Ray starts and the node's container (image, name, run options); the start hash
+covers the start commands and the node's resources. Both are stored as node tags.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.config.model import ClusterConfig
+from launcher.runners.container import container_for
 
 _CHUNK = 1 << 20
 
@@ -35,14 +36,18 @@ def node_hashes(config: ClusterConfig, node_type: str, *, head: bool, cwd: Path)
         else contents_hash(cwd / Path(local).expanduser())
         for remote, local in sorted(config.file_mounts.items())
     }
-    setup = _digest(
-        {
-            "mounts": mounts,
-            "init": commands.initialization,
-            "setup": commands.setup,
-            "synced": config.cluster_synced_files,
-        }
-    )
+    applied: dict[str, object] = {
+        "mounts": mounts,
+        "init": commands.initialization,
+        "setup": commands.setup,
+        "synced": config.cluster_synced_files,
+    }
+    # A node in a container is set up again (in a new container) when its image or run
+    # options change; nodes on their hosts keep the hash they had before containers existed.
+    container = container_for(config, node_type, head=head)
+    if container is not None:
+        applied["container"] = [container.engine, container.name, container.digest]
+    setup = _digest(applied)
     start = _digest(
         {
             "start": commands.start_ray,

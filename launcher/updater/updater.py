@@ -26,8 +26,15 @@ from launcher.providers.base import (
     NodeStatus,
 )
 from launcher.runners.base import CommandRunner, wait_until_ready
+from launcher.runners.container import ContainerError, ContainerRunner
 from launcher.runners.filters import filter_excludes
+from launcher.updater.bootstrap import (
+    BOOTSTRAP_CONFIG,
+    bootstrap_config_text,
+    names_bootstrap_config,
+)
 from launcher.updater.hashing import NodeHashes, node_hashes
+from launcher.updater.runner import node_runner
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,7 @@ class NodeUpdater:
         self.options = options
         self.events = events
         self.log_path = node_log(config.cluster_name, node.id)
-        self.runner: CommandRunner = provider.command_runner(node, self.log_path)
+        self.runner: CommandRunner = node_runner(provider, config, node, self.log_path)
         self.is_head = node.kind is NodeKind.HEAD
         self.hashes = node_hashes(config, node.node_type, head=self.is_head, cwd=options.cwd)
         self._current = "updating"
@@ -118,14 +125,20 @@ class NodeUpdater:
             self._wait_ready()
             env = self.provider.node_env(self.node, self.head)
             commands = self.config.commands_for(self.node.node_type, head=self.is_head)
+            initialization = commands.initialization
+            if isinstance(self.runner, ContainerRunner):
+                # On the host, before the container exists (as in Ray); then the container.
+                self._start_container(self.runner, initialization if steps.setup else (), env)
+                initialization = ()
             if steps.sync_files:
                 self._stage(NodeStatus.SYNCING, "syncing files")
                 self._sync_files()
             if steps.setup:
                 self._stage(NodeStatus.SETTING_UP, "running setup commands")
-                self._run_all((*commands.initialization, *commands.setup), env)
+                self._run_all((*initialization, *commands.setup), env)
             if steps.start_ray:
                 self._stage(NodeStatus.STARTING_RAY, "starting Ray")
+                self._place_bootstrap_config(commands.start_ray)
                 with self.provider.ray_start_guard(self.node):
                     self.provider.before_ray_start(self.node)
                     self._run_all(commands.start_ray, env)
@@ -173,9 +186,40 @@ class NodeUpdater:
                 f"not reachable after {self.options.ready_timeout_s:g} s (last error: {problem})"
             )
 
-    def _run_all(self, commands: Sequence[str], env: Mapping[str, str]) -> None:
+    def _start_container(
+        self, runner: ContainerRunner, on_host: Sequence[str], env: Mapping[str, str]
+    ) -> None:
+        if on_host:
+            self._stage(NodeStatus.SETTING_UP, "running initialization commands on the host")
+            self._run_all(on_host, env, runner.host)
+        self._stage(NodeStatus.SETTING_UP, f"starting container {runner.spec.name}")
+        try:
+            self._emit(runner.ensure())
+        except ContainerError as exc:
+            raise self._fail(str(exc)) from exc
+
+    def _place_bootstrap_config(self, start_commands: Sequence[str]) -> None:
+        """The head's start command may name the config Ray's own autoscaler reads."""
+        if not (self.is_head and names_bootstrap_config(start_commands)):
+            return
+        with tempfile.TemporaryDirectory() as staging:
+            local = Path(staging) / "ray_bootstrap_config.yaml"
+            local.write_text(bootstrap_config_text(self.config.cluster_name))
+            try:
+                self.runner.put(str(local), BOOTSTRAP_CONFIG)
+            except OSError as exc:
+                raise self._fail(str(exc)) from exc
+
+    def _run_all(
+        self,
+        commands: Sequence[str],
+        env: Mapping[str, str],
+        runner: CommandRunner | None = None,
+    ) -> None:
         for command in commands:
-            result = self.runner.run(command, env, timeout=self.options.command_timeout_s)
+            result = (runner or self.runner).run(
+                command, env, timeout=self.options.command_timeout_s
+            )
             if not result.ok:
                 last = result.output_tail.splitlines()[-1:] or [""]
                 raise self._fail(f"`{command}` exited with {result.exit_code}: {last[0]}")
@@ -201,8 +245,8 @@ class NodeUpdater:
 
     def _sync_from_head(self) -> None:
         assert self.head is not None
-        head_runner = self.provider.command_runner(
-            self.head, node_log(self.config.cluster_name, self.head.id)
+        head_runner = node_runner(
+            self.provider, self.config, self.head, node_log(self.config.cluster_name, self.head.id)
         )
         with tempfile.TemporaryDirectory() as staging:
             for index, path in enumerate(self.config.cluster_synced_files):

@@ -23,10 +23,17 @@ from launcher.providers.base import (
     NodeProvider,
     NodeState,
 )
-from launcher.providers.local.records import FileRecords, Record, Records, RemoteRecords
+from launcher.providers.local.records import (
+    FileRecords,
+    Record,
+    Records,
+    RemoteRecords,
+    records_dir,
+)
 from launcher.providers.local.spec import OnPremProviderConfig
 from launcher.providers.ssh_access import SSHAccess
 from launcher.runners.base import CommandRunner, wait_until_ready
+from launcher.runners.container import container_for, stop_command
 from launcher.runners.forward import PortOpener
 from launcher.runners.ssh import SSHRunner
 
@@ -122,8 +129,13 @@ class OnPremProvider(NodeProvider):
                 continue
             runner = self.ssh.runner(self._address(ip), node_log(self.cluster_name, ip))
             if runner.check_ready() is None:
-                # Best effort: a machine that is off has no Ray to stop.
-                runner.run("ray stop", timeout=STOP_RAY_TIMEOUT_S)
+                # Best effort: a machine that is off has no Ray to stop. A node's container
+                # is removed with it.
+                record = known[ip]
+                container = container_for(
+                    self.config, record["node_type"], head=record["kind"] == NodeKind.HEAD.value
+                )
+                runner.run(stop_command(container), timeout=STOP_RAY_TIMEOUT_S)
             self.records.remove(ip)
 
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
@@ -134,6 +146,11 @@ class OnPremProvider(NodeProvider):
 
     def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
         return self.ssh.runner(self._address(node.id), log_path)
+
+    def container_mounts(self, node: Node) -> tuple[str, ...]:
+        # The autoscaler in the head's container reads and writes the records of machines
+        # in use, which the laptop reaches on the host.
+        return (records_dir(self.cluster_name),) if node.kind is NodeKind.HEAD else ()
 
     def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
         # Through the SSH connection, to the port as the node itself sees it (Ray's

@@ -49,6 +49,8 @@ ZONE = "localhost"
 
 
 class LocalhostProvider(NodeProvider):
+    supports_containers = False
+
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         super().__init__(config, on_head)
         self.root = cluster_dir(self.cluster_name) / "localhost"

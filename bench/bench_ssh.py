@@ -951,6 +951,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats (<2 min)")
     parser.add_argument("--repeat", type=int, help="repeats per measurement (default 5; 2 quick)")
+    parser.add_argument(
+        "--only", choices=("setup", "noop"), help="run one part: setup of N hosts, or no-op up"
+    )
     args = parser.parse_args()
     reason = isolation_unavailable()
     if reason is not None:
@@ -968,13 +971,18 @@ def main() -> int:
         f"sizes {sizes}; {repeats} repeats",
         flush=True,
     )
-    with lab(max(*sizes, PART2_HOSTS)) as machines:
-        print("1. setup of N hosts: file mounts (100 KB) + 5 setup + 2 start commands each")
-        setup = bench_setup(machines, sizes, repeats)
-        print(f"2. no-op up on {PART2_HOSTS} hosts (head + {PART2_HOSTS - 1} workers)")
-        noop = bench_noop(machines, max(repeats, 3), 120 if args.quick else 300)
+    setup, noop = None, None
+    with lab(PART2_HOSTS if args.only == "noop" else max(*sizes, PART2_HOSTS)) as machines:
+        if args.only in (None, "setup"):
+            print("1. setup of N hosts: file mounts (100 KB) + 5 setup + 2 start commands each")
+            setup = bench_setup(machines, sizes, repeats)
+        if args.only in (None, "noop"):
+            print(f"2. no-op up on {PART2_HOSTS} hosts (head + {PART2_HOSTS - 1} workers)")
+            noop = bench_noop(machines, max(repeats, 3), 120 if args.quick else 300)
+    if setup is not None:
         print()
         report_setup(setup)
+    if noop is not None:
         print()
         report_noop(noop)
     return 0

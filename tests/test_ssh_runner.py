@@ -12,6 +12,12 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import HostKeyError
+from launcher.runners.copy import (
+    SFTP_MAX_BYTES,
+    CopySize,
+    local_copy_size,
+    sftp_is_cheaper,
+)
 from launcher.runners.filters import filter_excludes
 from launcher.runners.ssh import KnownHosts, SSHRunner, SSHTarget
 from tests.ssh_hosts import SSHHost, authorize, clean_home, ensure_user, make_key, user_home
@@ -176,9 +182,9 @@ def test_rsync_and_sftp_copies_give_the_same_result(
     )
     home = user_home(host.user)
     results = {}
-    for mode in ("rsync", "sftp"):
+    for mode in ("rsync", "sftp", "auto"):
         runner = _runner(host, key, tmp_path)
-        runner._rsync = mode == "rsync"
+        runner.copy_method = mode
         runner.put(str(source) + "/", f"~/{mode}/contents/", excludes=("*.ckpt",))
         runner.put(str(source) + "/", f"~/{mode}/filtered/", excludes=filtered)
         runner.put(str(source), f"~/{mode}/itself")
@@ -187,7 +193,7 @@ def test_rsync_and_sftp_copies_give_the_same_result(
         back = tmp_path / f"back-{mode}"
         runner.get(f"~/{mode}/contents/", str(back) + "/")
         results[mode] = (_tree(home / mode), _tree(back))
-    assert results["rsync"] == results["sftp"]
+    assert results["rsync"] == results["sftp"] == results["auto"]
     remote, back = results["sftp"]
     assert "contents/pkg/data/big.ckpt" not in remote and "contents/pkg/mod.py" in remote
     assert "itself/project/run.sh" in remote and remote["itself/project/run.sh"][1] == 0o755
@@ -207,3 +213,36 @@ def test_rsync_and_sftp_copies_give_the_same_result(
         "filtered/pkg/top-only.txt",
         "filtered/pkg/data/big.ckpt",
     }
+
+
+def test_small_copies_go_over_sftp_and_big_or_distant_ones_by_rsync(tmp_path: Path) -> None:
+    asked: list[float] = []
+
+    def round_trip(seconds: float) -> Callable[[], float]:
+        def measured() -> float:
+            asked.append(seconds)
+            return seconds
+
+        return measured
+
+    one_file = CopySize(files=1, dirs=0, bytes=300_000)
+    assert sftp_is_cheaper(one_file, round_trip(0.2))  # fewer round trips than rsync's start
+    assert asked == []  # so the latency was not even asked
+    many = CopySize(files=200, dirs=10, bytes=1_000_000)
+    assert sftp_is_cheaper(many, round_trip(0.0001))  # a LAN: 840 quick round trips
+    assert not sftp_is_cheaper(many, round_trip(0.05))  # far away: one rsync is cheaper
+    assert not sftp_is_cheaper(CopySize(1, 0, SFTP_MAX_BYTES + 1), round_trip(0.0001))
+    assert not sftp_is_cheaper(None, round_trip(0.0001))  # too big to count
+
+    tree = tmp_path / "tree"
+    (tree / "sub" / "deep").mkdir(parents=True)
+    (tree / "a.txt").write_text("a" * 10)
+    (tree / "sub" / "b.txt").write_text("b" * 20)
+    (tree / "sub" / "skip.log").write_text("x" * 1000)
+    (tree / "sub" / "deep" / "c.txt").write_text("c" * 30)
+    (tree / "link").symlink_to("a.txt")
+    assert local_copy_size(str(tree) + "/", ("*.log",)) == CopySize(4, 3, 60 + 5)
+    assert local_copy_size(str(tree) + "/", ("/sub",)) == CopySize(2, 1, 15)
+    assert local_copy_size(str(tree / "a.txt"), ()) == CopySize(1, 0, 10)
+    (tree / "big").write_bytes(b"0" * (SFTP_MAX_BYTES + 1))
+    assert local_copy_size(str(tree), ()) is None  # counting stops: rsync

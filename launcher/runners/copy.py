@@ -1,7 +1,14 @@
-"""Copying files to and from a node over SSH: rsync when both ends have it, else SFTP with
-the same meaning (`rsync -a` rules: a source directory ending in `/` copies its contents,
-without it the directory itself; modes, times and symlinks kept; `excludes` are rsync
-`--exclude` patterns, matched against names, or against paths when they hold a `/`)."""
+"""Copying files to and from a node over SSH, by SFTP on the open connection or by rsync,
+with the same meaning (`rsync -a` rules: a source directory ending in `/` copies its
+contents, without it the directory itself; modes, times and symlinks kept; `excludes` are
+rsync `--exclude` patterns, matched against names, or against paths when they hold a `/`).
+
+Which one is cheaper depends on the size of the copy: rsync starts an OpenSSH client that
+makes a connection of its own (a key exchange and a login: ~0.2 s of CPU and a dozen round
+trips), then skips unchanged files; SFTP costs a few round trips per file on the connection
+already open. `sftp_is_cheaper` decides from the copy's size and the connection's round
+trip time.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,8 @@ import shlex
 import shutil
 import stat
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -18,6 +27,93 @@ if TYPE_CHECKING:
     import paramiko
 
     from launcher.runners.ssh import SSHTarget
+
+# The cost model behind the choice (round trips on the open connection against a new one).
+SFTP_TRIPS_PER_FILE = 4  # open, chmod, utime, close (the writes are pipelined)
+SFTP_TRIPS_PER_DIR = 4  # stat or mkdir, listing, chmod, utime
+RSYNC_TRIPS = 12  # TCP, key exchange, login, session, and rsync's own exchange
+RSYNC_START_S = 0.1  # the OpenSSH client's process, key exchange and login, in CPU
+SFTP_MAX_BYTES = 8 << 20  # above this, rsync's skipping of unchanged files pays
+SFTP_MAX_ENTRIES = 1000  # a tree bigger than this goes by rsync without asking
+
+
+@dataclass(frozen=True)
+class CopySize:
+    files: int  # regular files and symlinks
+    dirs: int
+    bytes: int
+
+    @property
+    def sftp_trips(self) -> int:
+        return SFTP_TRIPS_PER_FILE * self.files + SFTP_TRIPS_PER_DIR * self.dirs
+
+
+def sftp_is_cheaper(size: CopySize | None, round_trip_s: Callable[[], float]) -> bool:
+    """Whether SFTP on the open connection beats a new rsync connection for a copy of
+    `size` (None: bigger than we count). The connection's round trip time is asked only
+    when the copy takes more round trips than rsync's start does."""
+    if size is None or size.bytes > SFTP_MAX_BYTES:
+        return False
+    if size.sftp_trips <= RSYNC_TRIPS:
+        return True  # fewer round trips, and no new connection: cheaper at any latency
+    trip = round_trip_s()
+    return size.sftp_trips * trip <= RSYNC_START_S + RSYNC_TRIPS * trip
+
+
+def local_copy_size(source: str, excludes: tuple[str, ...]) -> CopySize | None:
+    """What copying local `source` moves (None when over SFTP_MAX_ENTRIES or
+    SFTP_MAX_BYTES: counting stops there)."""
+    try:
+        top = os.lstat(source)
+    except OSError:
+        return CopySize(0, 0, 0)  # the copy itself reports what is wrong
+    if not stat.S_ISDIR(top.st_mode):
+        return CopySize(1, 0, top.st_size)
+    files, dirs, size = 0, 1, 0
+    pending = [(source.rstrip("/") or "/", "")]
+    while pending:
+        directory, relative = pending.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            rel = f"{relative}/{entry.name}" if relative else entry.name
+            if _excluded(rel, excludes):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                dirs += 1
+                pending.append((entry.path, rel))
+            else:
+                files += 1
+                size += entry.stat(follow_symlinks=False).st_size
+            if files + dirs > SFTP_MAX_ENTRIES or size > SFTP_MAX_BYTES:
+                return None
+    return CopySize(files, dirs, size)
+
+
+def remote_copy_size(sftp: paramiko.SFTPClient, source: str) -> CopySize | None:
+    """The same for `source` on the node (one listing per directory)."""
+    try:
+        top = sftp.lstat(source)
+    except OSError:
+        return CopySize(0, 0, 0)
+    if not stat.S_ISDIR(top.st_mode or 0):
+        return CopySize(1, 0, top.st_size or 0)
+    files, dirs, size = 0, 1, 0
+    pending = [source.rstrip("/") or "/"]
+    while pending:
+        directory = pending.pop()
+        for entry in sftp.listdir_attr(directory):
+            if stat.S_ISDIR(entry.st_mode or 0):
+                dirs += 1
+                pending.append(f"{directory}/{entry.filename}")
+            else:
+                files += 1
+                size += entry.st_size or 0
+            if files + dirs > SFTP_MAX_ENTRIES or size > SFTP_MAX_BYTES:
+                return None
+    return CopySize(files, dirs, size)
 
 
 def rsync_available() -> bool:
@@ -145,31 +241,52 @@ class _Sides:
         except FileNotFoundError:
             return None
 
-    def listdir(self, path: str) -> list[str]:
-        return sorted(os.listdir(path) if self.up else self.sftp.listdir(path))
+    def entries(self, path: str) -> list[tuple[str, os.stat_result | paramiko.SFTPAttributes]]:
+        """A source directory's entries with their lstat, by name (one listing remotely)."""
+        if not self.up:
+            listed = [(a.filename, a) for a in self.sftp.listdir_attr(path)]
+            return sorted(listed, key=lambda pair: pair[0])
+        found: list[tuple[str, os.stat_result | paramiko.SFTPAttributes]] = []
+        for name in sorted(os.listdir(path)):
+            entry = self.src_lstat(f"{path}/{name}")
+            if entry is not None:  # removed meanwhile
+                found.append((name, entry))
+        return found
 
     def makedirs(self, path: str) -> None:
+        """`mkdir -p`: one round trip when `path` exists, else one more per missing level."""
         if not self.up:
             Path(path).mkdir(parents=True, exist_ok=True)
             return
-        parts = PurePosixPath(path).parts
-        for index in range(1, len(parts) + 1):
-            partial = str(PurePosixPath(*parts[:index]))
-            try:
-                self.sftp.stat(partial)
-            except FileNotFoundError:
-                self.sftp.mkdir(partial)
+        try:
+            self.sftp.stat(path)
+            return
+        except FileNotFoundError:
+            pass
+        parent = str(PurePosixPath(path).parent)
+        if parent != path:
+            self.makedirs(parent)
+        self.mkdir(path)
+
+    def mkdir(self, path: str) -> None:
+        """A directory whose parent exists (one round trip when it is new)."""
+        if not self.up:
+            Path(path).mkdir(exist_ok=True)
+            return
+        try:
+            self.sftp.mkdir(path)
+        except OSError:
+            entry = self.sftp.stat(path)  # made meanwhile, or there before: fine if a directory
+            if not stat.S_ISDIR(entry.st_mode or 0):
+                raise
 
     def copy_tree(self, src: str, dst: str, relative: str, excludes: tuple[str, ...]) -> None:
-        for name in self.listdir(src):
+        for name, entry in self.entries(src):
             rel = f"{relative}/{name}" if relative else name
             if _excluded(rel, excludes):
                 continue
-            entry = self.src_lstat(f"{src}/{name}")
-            if entry is None:
-                continue
             if stat.S_ISDIR(entry.st_mode or 0):
-                self.makedirs(f"{dst}/{name}")
+                self.mkdir(f"{dst}/{name}")
                 self.copy_tree(f"{src}/{name}", f"{dst}/{name}", rel, excludes)
                 self.set_meta(f"{dst}/{name}", entry)
             else:
@@ -188,7 +305,7 @@ class _Sides:
                 os.symlink(str(link), dst)
             return
         if self.up:
-            self.sftp.put(src, dst)
+            self.sftp.put(src, dst, confirm=False)  # a failed write raises; no stat after
         else:
             self.sftp.get(src, dst)
         self.set_meta(dst, entry)

@@ -21,16 +21,25 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TextIO
+from typing import Literal, TextIO, TypeVar
 
 import paramiko
 
 from launcher.errors import HostKeyError
 from launcher.runners.base import CommandResult, OutputSink, expand_home
-from launcher.runners.copy import copy_over_rsync, copy_over_sftp, rsync_available, ssh_command
+from launcher.runners.copy import (
+    CopySize,
+    copy_over_rsync,
+    copy_over_sftp,
+    local_copy_size,
+    remote_copy_size,
+    rsync_available,
+    sftp_is_cheaper,
+    ssh_command,
+)
 
 _TAIL_LINES = 20
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -40,6 +49,8 @@ _NOISE = (
     "bash: no job control in this shell",
 )
 COMMAND_ATTEMPTS = 3  # a command whose connection drops is run again, this many times in all
+CopyMethod = Literal["auto", "rsync", "sftp"]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -116,8 +127,12 @@ class SSHRunner:
         self.connect_timeout_s = connect_timeout_s
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.RLock()
+        self.copy_method: CopyMethod = "auto"  # or always "rsync" / "sftp" (tests)
         self._home: str | None = None
-        self._rsync: bool | None = None
+        self._remote_rsync: bool | None = None  # whether the node has rsync (asked once)
+        self._sftp_lock = threading.Lock()
+        self._sftp_client: paramiko.SFTPClient | None = None  # of the current connection
+        self._rtt: float | None = None  # of the current connection
 
     # -- connection -----------------------------------------------------------------
     def _connect(self) -> paramiko.SSHClient:
@@ -174,6 +189,11 @@ class SSHRunner:
 
     def close(self) -> None:
         with self._lock:
+            if self._sftp_client is not None:
+                with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+                    self._sftp_client.close()
+                self._sftp_client = None
+            self._rtt = None
             if self._client is not None:
                 self._client.close()
                 self._client = None
@@ -319,45 +339,87 @@ class SSHRunner:
 
     def _remote_home(self) -> str:
         if self._home is None:
-            with self._sftp() as sftp:
-                self._home = sftp.normalize(".")
+            self._home = self._with_sftp(lambda sftp: sftp.normalize("."))
         return self._home
-
-    @contextlib.contextmanager
-    def _sftp(self) -> Iterator[paramiko.SFTPClient]:
-        sftp = self._connect().open_sftp()
-        try:
-            yield sftp
-        finally:
-            sftp.close()
-
-    def uses_rsync(self) -> bool:
-        """rsync on both ends (checked once per node)."""
-        if self._rsync is None:
-            self._rsync = rsync_available() and self._quiet("command -v rsync") == 0
-        return self._rsync
-
-    def _quiet(self, command: str) -> int:
-        return self.capture(command)[0]
 
     def put(self, local: str, remote: str, *, excludes: tuple[str, ...] = ()) -> None:
         target = self.remote_path(remote)
-        parent = str(PurePosixPath(target.rstrip("/") or "/").parent)
-        if self._quiet(f"mkdir -p {shlex.quote(parent)}") != 0:
-            raise OSError(f"cannot create {parent} on {self.target}")
-        if self.uses_rsync():
-            copy_over_rsync(self.target, self.known_hosts.path, local, target, excludes, up=True)
-        else:
-            with self._sftp() as sftp:
-                copy_over_sftp(sftp, local, target, excludes, up=True)
+        if not self._by_sftp(lambda: local_copy_size(local, excludes)):
+            parent = str(PurePosixPath(target.rstrip("/") or "/").parent)
+            # One round trip: the parent made, and rsync looked for (once per node).
+            probe = "" if self._remote_rsync else "; command -v rsync >/dev/null 2>&1 || exit 3"
+            code = self._quiet(f"mkdir -p {shlex.quote(parent)} || exit 2{probe}")
+            if code not in (0, 3):
+                raise OSError(f"cannot create {parent} on {self.target}")
+            self._remote_rsync = code == 0
+            if self._remote_rsync:
+                known = self.known_hosts.path
+                copy_over_rsync(self.target, known, local, target, excludes, up=True)
+                return
+        self._with_sftp(lambda sftp: copy_over_sftp(sftp, local, target, excludes, up=True))
 
     def get(self, remote: str, local: str) -> None:
         source = self.remote_path(remote)
-        if self.uses_rsync():
-            copy_over_rsync(self.target, self.known_hosts.path, source, local, (), up=False)
-        else:
-            with self._sftp() as sftp:
-                copy_over_sftp(sftp, source, local, (), up=False)
+        if not self._by_sftp(lambda: self._with_sftp(lambda s: remote_copy_size(s, source))):
+            if self._remote_rsync is None:
+                self._remote_rsync = self._quiet("command -v rsync") == 0
+            if self._remote_rsync:
+                copy_over_rsync(self.target, self.known_hosts.path, source, local, (), up=False)
+                return
+        self._with_sftp(lambda sftp: copy_over_sftp(sftp, source, local, (), up=False))
+
+    def _by_sftp(self, size: Callable[[], CopySize | None]) -> bool:
+        """Whether a copy goes over SFTP on this connection rather than by rsync."""
+        if self._remote_rsync is False or not rsync_available():
+            return True
+        if self.copy_method != "auto":
+            return self.copy_method == "sftp"
+        return sftp_is_cheaper(size(), lambda: self._with_sftp(self._round_trip_s))
+
+    def _round_trip_s(self, sftp: paramiko.SFTPClient) -> float:
+        """This connection's round trip time (the faster of two tiny requests: the first
+        after logging in can wait for the server to finish setting the session up)."""
+        if self._rtt is None:
+            timings = []
+            for _ in range(2):
+                started = time.perf_counter()
+                sftp.stat(".")
+                timings.append(time.perf_counter() - started)
+            self._rtt = min(timings)
+        return self._rtt
+
+    def _with_sftp(self, work: Callable[[paramiko.SFTPClient], _T]) -> _T:
+        """`work` on this connection's SFTP session (opened once; one user at a time). A
+        connection that drops is opened again and `work` done again (copies are safe to
+        repeat); an error the server reports (a missing file) is raised as it is."""
+        last: BaseException | None = None
+        for attempt in range(1, COMMAND_ATTEMPTS + 1):
+            with self._sftp_lock:
+                try:
+                    return work(self._sftp_session())
+                except (EOFError, paramiko.SSHException, OSError) as exc:
+                    transport = self._client.get_transport() if self._client else None
+                    if isinstance(exc, OSError) and transport is not None and transport.is_active():
+                        raise
+                    last = exc
+            self.close()
+            self._log(
+                f"(connection to {self.target} lost while copying: {_why(last)}; "
+                f"attempt {attempt} of {COMMAND_ATTEMPTS})\n"
+            )
+            time.sleep(min(2.0**attempt, 10.0))
+        raise OSError(f"ssh {self.target}: the connection kept dropping: {_why(last)}")
+
+    def _sftp_session(self) -> paramiko.SFTPClient:
+        client = self._connect()
+        with self._lock:
+            channel = self._sftp_client.get_channel() if self._sftp_client else None
+            if self._sftp_client is None or channel is None or channel.closed:
+                self._sftp_client = client.open_sftp()
+            return self._sftp_client
+
+    def _quiet(self, command: str) -> int:
+        return self.capture(command)[0]
 
 
 class _RecordFirstContact(paramiko.MissingHostKeyPolicy):

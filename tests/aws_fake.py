@@ -13,7 +13,8 @@ wire-level fault injection, a call log, loopback VPCs and instances that are rea
 middleware in front of it: it logs every call (`server.calls()`), answers with AWS's error XML
 and HTTP status when a fault matches (`server.faults.add(...)`, tests/aws_faults.py), makes
 RunInstances idempotent on its ClientToken as EC2 is (moto is not), and can keep new instances
-`pending` for a while (`server.pending_for`). Requests reach moto one at a time (`server.lock`:
+`pending` for a while (`server.pending_for`) or missing from DescribeInstances for a while
+(`server.describe_lag`, EC2's eventual consistency). Requests reach moto one at a time (`server.lock`:
 moto's backends are not thread-safe); a fault's `delay` and `effect` run outside that lock.
 `InstanceHosts` (tests/aws_hosts.py) turns running instances into SSH hosts.
 
@@ -62,6 +63,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -134,6 +136,8 @@ class MotoServer:
         self.faults = Faults()
         self.lock = threading.RLock()  # held while moto handles a request
         self.pending_for = 0.0  # seconds new instances stay `pending`
+        self.describe_lag = 0.0  # seconds new instances are missing from DescribeInstances
+        self._launched: dict[str, float] = {}  # instance id -> made while describe_lag > 0
         self._port = port
         self._log: list[Logged] = []
         self._seq = 0
@@ -178,6 +182,7 @@ class MotoServer:
         if self._thread is not None:
             self._thread.join(10)
         self._server = self._thread = None
+        shutil.rmtree(self._dir, ignore_errors=True)
 
     @property
     def port(self) -> int:
@@ -251,13 +256,16 @@ class MotoServer:
             self._log.clear()
 
     def reset(self) -> None:
-        """Forget everything: moto's state (all services), the call log, faults, pending."""
+        """Forget everything: moto's state (all services), the call log, faults, and the
+        `pending_for` and `describe_lag` settings."""
         from moto.core.base_backend import BackendDict
 
         with self.lock:
             BackendDict.reset()
             self._log.clear()
             self._pending.clear()
+            self._launched.clear()
+            self.pending_for = self.describe_lag = 0.0
         self.faults.clear()
 
     def ec2_backend(self, region: str | None = None) -> Any:
@@ -370,8 +378,12 @@ class MotoServer:
                 if earlier:  # EC2 answers a repeated token with the instances it launched
                     return self._replay_run(environ, earlier)
             response = self._moto(environ)
-            if call.action == "RunInstances" and response[0] == 200 and self.pending_for > 0:
-                self._hold_pending(call, response[2])
+            if call.service != "ec2" or response[0] != 200:
+                return response
+            if call.action == "RunInstances":
+                self._launched_now(call, response[2])
+            if call.action == "DescribeInstances" and self.describe_lag > 0:
+                return self._hide_recent(call, response)
             return response
 
     def _moto(self, environ: dict[str, Any]) -> Response:
@@ -405,14 +417,42 @@ class MotoServer:
         root.extend(list(reservation) if reservation is not None else [])
         return 200, [("Content-Type", "text/xml")], ET.tostring(root, encoding="UTF-8")
 
-    def _hold_pending(self, call: Call, answer: bytes) -> None:
-        ready = time.monotonic() + self.pending_for
+    def _launched_now(self, call: Call, answer: bytes) -> None:
+        now = time.monotonic()
         backend = self.ec2_backend(call.region)
         for instance_id in re.findall(rb"<instanceId>(i-[0-9a-f]+)</instanceId>", answer):
+            if self.describe_lag > 0:
+                self._launched[instance_id.decode()] = now
             instance = backend.get_instance_by_id(instance_id.decode())
-            if instance is not None:
+            if instance is not None and self.pending_for > 0:
+                ready = now + self.pending_for
                 instance._state.name, instance._state.code = "pending", 0
                 self._pending[instance.id] = ready
+
+    def _hide_recent(self, call: Call, response: Response) -> Response:
+        """DescribeInstances without the instances launched less than `describe_lag` ago,
+        as EC2's eventual consistency may answer; naming one is InvalidInstanceID.NotFound."""
+        now = time.monotonic()
+        recent = {i for i, made in self._launched.items() if now - made < self.describe_lag}
+        named = [v for k, v in call.params.items() if k.startswith("InstanceId.")]
+        if missing := [i for i in named if i in recent]:
+            message = f"The instance ID '{missing[0]}' does not exist"
+            body = error_body(call, "InvalidInstanceID.NotFound", message, 400)
+            return 400, [("Content-Type", "text/xml")], body
+        root = ET.fromstring(response[2])
+        for element in root.iter():
+            element.tag = element.tag.rpartition("}")[2]
+        reservations = root.find("reservationSet")
+        for reservation in list(reservations if reservations is not None else []):
+            instances = reservation.find("instancesSet")
+            for item in list(instances if instances is not None else []):
+                if item.findtext("instanceId") in recent and instances is not None:
+                    instances.remove(item)
+            if instances is None or len(instances) == 0:
+                assert reservations is not None
+                reservations.remove(reservation)
+        root.set("xmlns", EC2_XMLNS)
+        return 200, response[1], ET.tostring(root, encoding="UTF-8")
 
 
 _REASONS = {

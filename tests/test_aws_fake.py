@@ -62,7 +62,6 @@ def server() -> Iterator[MotoServer]:
 @pytest.fixture(autouse=True)
 def fresh(server: MotoServer, monkeypatch: pytest.MonkeyPatch) -> None:
     server.reset()
-    server.pending_for = 0.0
     server.apply_env(monkeypatch)
 
 
@@ -235,10 +234,51 @@ def test_pending_for_keeps_new_instances_pending_then_running(
     assert _describe(ec2, held)["State"]["Name"] == "pending"
 
 
+def test_describe_lag_hides_new_instances_as_eventual_consistency_may(
+    server: MotoServer, ec2: Any, vpc: LoopbackVpc
+) -> None:
+    before = _run(ec2, vpc.subnets[0].id)[0]["InstanceId"]
+    server.describe_lag = 3600.0
+    hidden = _run(ec2, vpc.subnets[0].id, MinCount=2, MaxCount=2)
+    hidden_ids = {i["InstanceId"] for i in hidden}
+    assert _ids(ec2) == {before}
+    with pytest.raises(ClientError) as error:
+        _describe(ec2, hidden[0]["InstanceId"])
+    assert _code(error) == ("InvalidInstanceID.NotFound", 400)
+    assert {v.id for v in server.instances()} == {before} | hidden_ids
+    server.describe_lag = 0.0
+    assert _ids(ec2) == {before} | hidden_ids
+
+
+def test_concurrent_calls_are_served_one_at_a_time_by_moto(
+    server: MotoServer, vpc: LoopbackVpc
+) -> None:
+    ips: list[str] = []
+    errors: list[BaseException] = []
+
+    def launch() -> None:
+        try:
+            client = server.client("ec2")
+            for _ in range(3):
+                ips.extend(i["PrivateIpAddress"] for i in _run(client, vpc.subnets[0].id))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=launch) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert len(ips) == len(set(ips)) == 24
+
+
 def test_reset_forgets_instances_calls_and_faults(server: MotoServer, ec2: Any) -> None:
     _run(ec2)
     server.faults.add("DescribeVpcs", "InternalError")
+    server.pending_for = server.describe_lag = 60.0
     server.reset()
+    assert server.pending_for == server.describe_lag == 0.0
     assert server.instances() == []
     assert server.calls() == []
     assert list(server.faults) == []

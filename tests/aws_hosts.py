@@ -29,7 +29,8 @@ class InstanceHosts:
     as the caller (`Call.origin`). A thread polls the backend every `poll` seconds.
 
     `started` lists every (instance id, IP) a host was started on; `outside` the running
-    instances never hosted because their IP is outside `network` (moto's 172.31.x); `errors`
+    instances never hosted because their IP is outside `network` (e.g. moto's 10.x when
+    launched without a subnet); `errors`
     what went wrong in the thread (`check()` raises the first)."""
 
     def __init__(

@@ -30,8 +30,8 @@ class InstanceHosts:
 
     `started` lists every (instance id, IP) a host was started on; `outside` the running
     instances never hosted because their IP is outside `network` (e.g. moto's 10.x when
-    launched without a subnet); `errors`
-    what went wrong in the thread (`check()` raises the first)."""
+    launched without a subnet); `errors` what went wrong in the thread (`check()` raises the
+    first)."""
 
     def __init__(
         self,

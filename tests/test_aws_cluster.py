@@ -1,0 +1,238 @@
+"""AWS clusters end to end: the launcher CLI against moto's EC2/IAM server, where each
+instance in a loopback VPC (127.16.0.0/16) becomes a real SSH host running real Ray
+(tests/aws_fake.py `InstanceHosts`). The autoscaler runs on the head from the wheel `up`
+installs there and reaches the same moto server through the head's ~/.aws/config, as an
+instance profile would give it credentials on AWS.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.aws_fake import (
+    LOOPBACK_NET,
+    InstanceHosts,
+    LoopbackVpc,
+    MotoServer,
+    interrupt_spot,
+    loopback_vpc,
+)
+from tests.ssh_hosts import isolation_unavailable
+
+pytestmark = pytest.mark.skipif(
+    isolation_unavailable() is not None, reason=str(isolation_unavailable())
+)
+
+RAY_OPTIONS = (
+    "--node-ip-address=$LAUNCHER_NODE_IP --object-store-memory=100000000 --num-cpus=1 "
+    "--dashboard-agent-listen-port=$((52000 + ${LAUNCHER_NODE_IP##*.})) --disable-usage-stats"
+)
+CONFIG = """
+cluster_name: aws-e2e
+max_workers: 3
+idle_timeout_minutes: 5
+provider:
+  type: aws
+  region: us-west-2
+  use_internal_ips: true
+  cache_stopped_nodes: false
+auth:
+  ssh_user: root
+available_node_types:
+  head:
+    node_config: {InstanceType: m5.large, ImageId: AMI, SubnetIds: [SUBNET_A]}
+    resources: {CPU: 1}
+    max_workers: 0
+  spot:
+    node_config:
+      InstanceType: m5.large
+      ImageId: AMI
+      SubnetIds: [SUBNET_A, SUBNET_B]
+      InstanceMarketOptions: {MarketType: spot}
+    resources: {CPU: 1}
+    min_workers: 1
+    max_workers: 2
+  ondemand:
+    node_config: {InstanceType: m5.large, ImageId: AMI, SubnetIds: [SUBNET_A, SUBNET_B]}
+    resources: {CPU: 1}
+    max_workers: 2
+head_node_type: head
+metadata:
+  launcher:
+    fallbacks:
+      spot: [ondemand]
+setup_commands:
+  - echo "setup on $LAUNCHER_NODE_IP" >> ~/setup.log
+head_start_ray_commands:
+  - ray stop
+  - ray start --head --port=6379 --include-dashboard=false RAY_OPTIONS
+worker_start_ray_commands:
+  - ray stop
+  - ray start --address=$RAY_HEAD_IP:6379 RAY_OPTIONS
+""".replace("RAY_OPTIONS", RAY_OPTIONS)
+COUNT_NODES = (
+    'python -c \'import ray; ray.init(); print("alive", sum(n["Alive"] for n in ray.nodes()))\''
+)
+ALIVE_IPS = (
+    "python -c 'import ray; ray.init(); "
+    'print(*[n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]])\''
+)
+LIVE = ("pending", "running", "stopping", "stopped")
+
+
+@dataclass
+class AwsCluster:
+    server: MotoServer
+    hosts: InstanceHosts
+    vpc: LoopbackVpc
+    path: Path
+    env: dict[str, str]
+
+    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "launcher", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def instances(self, *states: str) -> list[dict[str, Any]]:
+        reply = self.server.client("ec2").describe_instances(
+            Filters=[
+                {"Name": "tag:launcher-cluster", "Values": ["aws-e2e"]},
+                {"Name": "instance-state-name", "Values": list(states or LIVE)},
+            ]
+        )
+        return [i for r in reply["Reservations"] for i in r["Instances"]]
+
+    def of_type(self, node_type: str) -> list[dict[str, Any]]:
+        return [i for i in self.instances() if tag(i, "launcher-node-type") == node_type]
+
+
+def tag(instance: dict[str, Any], key: str) -> str | None:
+    return next((t["Value"] for t in instance.get("Tags", ()) if t["Key"] == key), None)
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AwsCluster]:
+    tmp = tmp_path_factory.mktemp("aws")
+    with MotoServer() as server, InstanceHosts(server) as hosts:
+        ec2 = server.client("ec2")
+        vpc = loopback_vpc(ec2)
+        ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        a, b, _ = vpc.subnet_ids
+        path = tmp / "cluster.yaml"
+        path.write_text(CONFIG.replace("AMI", ami).replace("SUBNET_A", a).replace("SUBNET_B", b))
+        env = {**os.environ, **server.env(), "LAUNCHER_HOME": str(tmp / "home")}
+        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
+            env.pop(name, None)
+        cluster = AwsCluster(server, hosts, vpc, path, env)
+        yield cluster
+        cluster.run("down", "-y", str(path))
+        hosts.check()
+
+
+def test_up_runs_ray_on_ec2_instances(aws: AwsCluster) -> None:
+    result = aws.run("up", "-y", str(aws.path))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "created key pair launcher-aws-e2e-us-west-2" in out
+    assert "created security group launcher-aws-e2e" in out
+    assert "launcher installed on the head" in out
+    heads = [i for i in aws.instances() if tag(i, "launcher-node-kind") == "head"]
+    assert len(heads) == 1 and "IamInstanceProfile" in heads[0]
+    spot = aws.of_type("spot")
+    assert len(spot) == 1 and spot[0].get("InstanceLifecycle") == "spot"
+    assert "IamInstanceProfile" not in spot[0]
+    assert tag(spot[0], "launcher-node-status") == "up-to-date"
+    counted = aws.run("exec", str(aws.path), COUNT_NODES)
+    assert counted.returncode == 0, counted.stdout + counted.stderr
+    assert "alive 2" in counted.stdout
+    head_ip = heads[0]["PrivateIpAddress"]
+    assert aws.run("get-head-ip", str(aws.path)).stdout.strip() == head_ip
+    assert aws.hosts.host(heads[0]["InstanceId"]).path("~/setup.log").read_text() == (
+        f"setup on {head_ip}\n"
+    )
+    # Only loopback addresses were ever made hosts (and so contacted).
+    assert aws.hosts.started
+    assert all(ipaddress.ip_address(ip) in LOOPBACK_NET for _, ip in aws.hosts.started)
+    assert not aws.hosts.outside
+
+
+def test_second_up_finds_the_same_head_and_reruns_nothing(aws: AwsCluster) -> None:
+    before = {i["InstanceId"] for i in aws.instances()}
+    result = aws.run("up", "-y", str(aws.path))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "created" not in out.replace("(nothing created)", "")
+    assert "autoscaler running on the head" in out
+    assert {i["InstanceId"] for i in aws.instances()} == before
+    head = next(i for i in aws.instances() if tag(i, "launcher-node-kind") == "head")
+    assert aws.hosts.host(head["InstanceId"]).path("~/setup.log").read_text().count("\n") == 1
+
+
+def test_a_reclaimed_spot_worker_is_replaced_by_its_fallback(aws: AwsCluster) -> None:
+    spot = aws.of_type("spot")[0]
+    aws.server.faults.no_capacity(market="spot")  # spot capacity gone everywhere
+    try:
+        interrupt_spot(aws.server, spot["InstanceId"], aws.hosts)
+        wait_for(
+            lambda: any(
+                tag(i, "launcher-node-status") == "up-to-date" for i in aws.of_type("ondemand")
+            ),
+            180,
+            "an on-demand worker standing in for the reclaimed spot worker",
+        )
+    finally:
+        aws.server.faults.clear()
+    replacement = aws.of_type("ondemand")[0]
+    assert tag(replacement, "launcher-stands-in-for") == "spot"
+    assert "InstanceLifecycle" not in replacement
+    log = aws.run("monitor", "--no-follow", "--lines", "400", str(aws.path))
+    assert f"{spot['InstanceId']} was preempted in {spot['Placement']['AvailabilityZone']}" in (
+        log.stdout
+    ), log.stdout
+    # The reclaimed node stays "alive" in Ray until its health checks time out; the
+    # replacement is what matters.
+    alive = aws.run("exec", str(aws.path), ALIVE_IPS)
+    assert replacement["PrivateIpAddress"] in alive.stdout.split(), alive.stdout + alive.stderr
+    # The head's autoscaler made these calls itself, with the head's credentials.
+    head = next(i for i in aws.instances() if tag(i, "launcher-node-kind") == "head")
+    origins = {c.call.origin for c in aws.server.calls("RunInstances")}
+    assert head["InstanceId"] in origins
+
+
+def test_submit_then_down_leaves_no_instance(aws: AwsCluster, tmp_path: Path) -> None:
+    script = tmp_path / "job.py"
+    script.write_text("import sys, ray\nray.init()\nprint('job args', sys.argv[1:])\n")
+    result = aws.run("submit", "--stop", str(aws.path), str(script), "x", "y")
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "job args ['x', 'y']" in out
+    assert aws.instances() == []
+    status = aws.run("status", "--json", str(aws.path))
+    assert json.loads(status.stdout or "{}").get("nodes", []) == [] or status.returncode != 0
+    down = aws.run("down", "-y", str(aws.path))
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "Nothing to take down" in down.stdout

@@ -36,9 +36,13 @@ class HeadSession:
     env: dict[str, str]
 
 
-def connect(config: ClusterConfig, provider: NodeProvider | None = None) -> HeadSession:
+def connect(
+    config: ClusterConfig, provider: NodeProvider | None = None, head: Node | None = None
+) -> HeadSession:
+    """The head of a running cluster. `head`: its node when the caller just listed it (the
+    provider's nodes are not read again)."""
     provider = provider or make_provider(config)
-    head = provider.head()
+    head = head or provider.head()
     if head is None or head.status is not NodeStatus.UP_TO_DATE:
         state = "is not running" if head is None else f"head is {head.status.value}"
         raise NoClusterError(
@@ -65,11 +69,26 @@ def daemon_running(session: HeadSession) -> bool:
     return session.runner.run(check, session.env).ok
 
 
+def running_daemon_digest(session: HeadSession) -> str | None:
+    """The spec digest of the autoscaler running on the head ("" when not recorded), or
+    None when none runs. One command."""
+    check = (
+        f"test -f {PID_FILE} && kill -0 $(cat {PID_FILE}) 2>/dev/null || exit 3; "
+        f"cat {DIGEST_FILE} 2>/dev/null; true"
+    )
+    result = session.runner.run(check, session.env)
+    if not result.ok:
+        return None
+    lines = result.output_tail.strip().splitlines()
+    return lines[-1].strip() if lines else ""
+
+
 def ensure_daemon(session: HeadSession, spec: AutoscalerSpec, python: str) -> str:
     """Start the autoscaler on the head with `python` (a shell word), or restart it if its
     spec changed. Returns what was done: "started", "restarted" or "running"."""
-    running = daemon_running(session)
-    if running and read_head_file(session, DIGEST_FILE) == spec.digest:
+    digest = running_daemon_digest(session)
+    running = digest is not None
+    if digest == spec.digest:
         return "running"
     if running:
         stop_daemon(session)

@@ -6,7 +6,7 @@ import dataclasses
 import shlex
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,8 +74,8 @@ def up(
     ):
         for made in provider.bootstrap(options.ready_timeout_s):
             events(Message(made))
-        head, created = _head(provider, config, events, confirm)
-        NodeUpdater(
+        head, created, listed = _head(provider, config, events, confirm)
+        steps = NodeUpdater(
             provider,
             config,
             head,
@@ -88,7 +88,8 @@ def up(
             ),
             events,
         ).run()
-        session = connect(config, provider)
+        # A head the updater left alone is as listed: its record is not read again.
+        session = connect(config, provider, head if steps.nothing else None)
         spec = AutoscalerSpec(text, path, overrides)
         python = shlex.quote(provider.head_python())
         if provider.installs_launcher_on_head:
@@ -97,7 +98,9 @@ def up(
         events(Message(f"autoscaler {daemon} on the head"))
     workers: tuple[Node, ...] = ()
     if options.wait_for_workers:
-        workers = wait_for_min_workers(provider, config, events, options.workers_timeout_s)
+        # When this up changed nothing, the workers are as listed at its start.
+        known = listed if steps.nothing and daemon == "running" else None
+        workers = wait_for_min_workers(provider, config, events, options.workers_timeout_s, known)
     return UpResult(config, session.head, session.env["RAY_ADDRESS"], created, daemon, workers)
 
 
@@ -121,10 +124,11 @@ def _prepare_remote_head(
 
 def _head(
     provider: NodeProvider, config: ClusterConfig, events: EventSink, confirm: Confirm
-) -> tuple[Node, bool]:
-    heads = sorted(
-        (n for n in provider.nodes() if n.kind is NodeKind.HEAD), key=lambda n: n.created_at
-    )
+) -> tuple[Node, bool, list[Node]]:
+    """The head (created when there is none), whether it was created, and the nodes as
+    listed before."""
+    listed = provider.nodes()
+    heads = sorted((n for n in listed if n.kind is NodeKind.HEAD), key=lambda n: n.created_at)
     if len(heads) > 1:
         extra = [n.id for n in heads[1:]]
         events(
@@ -135,27 +139,34 @@ def _head(
         )
         provider.terminate_nodes(extra)
     if heads:
-        return heads[0], False
+        return heads[0], False, listed
     if not confirm(f"Create a new cluster {config.cluster_name} ({config.provider.type})?"):
         raise LauncherError("cancelled; nothing was created")
     events(Message(f"creating the head node ({config.head_node_type})"))
     created = provider.create_nodes(
         config.head_type, NodeKind.HEAD, 1, {TAG_STATUS: NodeStatus.UNINITIALIZED}
     )
-    return created[0], True
+    return created[0], True, listed
 
 
 def wait_for_min_workers(
-    provider: NodeProvider, config: ClusterConfig, events: EventSink, timeout_s: float
+    provider: NodeProvider,
+    config: ClusterConfig,
+    events: EventSink,
+    timeout_s: float,
+    listed: Sequence[Node] | None = None,
 ) -> tuple[Node, ...]:
-    """Follow the autoscaler bringing up min_workers, reporting each worker's progress."""
+    """Follow the autoscaler bringing up min_workers, reporting each worker's progress.
+    `listed`: the nodes as the caller just listed them, looked at before reading again."""
     wanted = {name: t.min_workers for name, t in config.node_types.items() if t.min_workers}
     if not wanted:
         return ()
     deadline = time.monotonic() + timeout_s
     seen: dict[str, str] = {}
+    first = [n for n in listed if n.kind is NodeKind.WORKER] if listed is not None else None
     while True:
-        workers = provider.workers()
+        workers = first if first is not None else provider.workers()
+        first = None
         for node in workers:
             if seen.get(node.id) != node.status.value:
                 seen[node.id] = node.status.value
@@ -212,6 +223,10 @@ def down(
         stopped = False
         if not workers_only:
             stopped = _stop_autoscaler(config, provider)
+            if stopped:
+                # It may have launched nodes since the listing above: list again.
+                nodes = provider.nodes()
+                targets = _down_targets(config, nodes, workers_only, keep_min_workers)
         for node in targets:
             events(NodeProgress(node.id, node.kind.value, node.node_type, node.ip, "terminating"))
         provider.terminate_nodes([n.id for n in targets])

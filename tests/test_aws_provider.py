@@ -220,3 +220,50 @@ def test_the_head_looks_up_but_creates_nothing(server: MotoServer, vpc: Loopback
     assert on_head.bootstrap() == []
     made = {c.call.action for c in server.calls()}
     assert not {a for a in made if a and a.startswith(("Create", "Authorize", "Put", "Add"))}
+
+
+def test_launch_templates_and_network_interfaces_pass_through(
+    server: MotoServer, vpc: LoopbackVpc
+) -> None:
+    ec2 = server.client("ec2")
+    ami = image(server)
+    ec2.create_launch_template(
+        LaunchTemplateName="lt-workers",
+        LaunchTemplateData={"ImageId": ami, "InstanceType": "m5.xlarge"},
+    )
+    a, b, _ = vpc.subnet_ids
+    text = f"""
+cluster_name: prov
+provider: {{type: aws, region: us-west-2, use_internal_ips: true}}
+auth: {{ssh_user: root, ssh_private_key: {__file__}}}
+available_node_types:
+  head:
+    node_config:
+      InstanceType: m5.large
+      ImageId: {ami}
+      KeyName: mine
+      NetworkInterfaces: [{{DeviceIndex: 0, SubnetId: {b}, PrivateIpAddress: 127.16.2.50}}]
+  lt:
+    node_config:
+      LaunchTemplate: {{LaunchTemplateName: lt-workers, Version: "$Latest"}}
+      SubnetIds: [{a}]
+    max_workers: 2
+head_node_type: head
+"""
+    provider = AwsProvider(parse_config(text, "prov.yaml", Overrides()))
+    made = provider.bootstrap()
+    assert not any("key pair" in line for line in made)  # every type names its key
+    head = provider.create_nodes(provider.config.head_type, NodeKind.HEAD, 1, {})[0]
+    assert (head.ip, head.zone) == ("127.16.2.50", "us-west-2b")
+    group = ec2.describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": ["launcher-prov"]}]
+    )["SecurityGroups"][0]
+    described = ec2.describe_instances(InstanceIds=[head.id])["Reservations"][0]["Instances"][0]
+    assert described["KeyName"] == "mine"
+    interface = described["NetworkInterfaces"][0]
+    assert [g["GroupId"] for g in interface["Groups"]] == [group["GroupId"]]
+    worker = provider.create_nodes(provider.config.node_types["lt"], NodeKind.WORKER, 1, {})[0]
+    described = ec2.describe_instances(InstanceIds=[worker.id])["Reservations"][0]["Instances"][0]
+    assert described["InstanceType"] == "m5.xlarge"  # from the template
+    assert described["ImageId"] == ami
+    assert worker.zone == "us-west-2a"

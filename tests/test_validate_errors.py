@@ -282,14 +282,14 @@ def test_legacy_error_reported_at_the_old_key(
     )
 
 
-def test_docker_image_is_a_warning_not_an_error(
+def test_docker_image_is_accepted(
     write_config: Callable[[str], Path], cli_runner: Callable[..., CliResult]
 ) -> None:
     result = cli_runner(
         "validate", str(write_config(GOOD + "docker:\n  image: rayproject/ray:2.60.0\n"))
     )
     assert result.exit_code == 0
-    assert "warning: docker: running setup inside containers is not supported yet" in result.stderr
+    assert "docker" not in result.stderr
 
 
 def test_case_of_ray_resources(

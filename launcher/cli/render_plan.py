@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from launcher.plan import ClusterPlan, NodeGroupPlan, describe_resources
+from launcher.runners.container import ContainerSpec, container_for
 
 
 def _money(value: float | None) -> str:
@@ -21,14 +22,14 @@ def render_plan(console: Console, plan: ClusterPlan) -> None:
     )
     console.print()
     console.print("[bold]Head node[/bold]")
-    _group(console, plan.head)
+    _group(console, plan, plan.head)
     console.print(
         f"[bold]Workers[/bold]: {plan.cost.workers_at_start} at start, at most "
         f"{plan.cost.workers_at_max} (max_workers {config.max_workers}); idle workers "
         f"are removed after {config.idle_timeout_minutes:g} min"
     )
     for group in plan.workers:
-        _group(console, group)
+        _group(console, plan, group)
     if not plan.workers:
         console.print("  (no worker types)")
     console.print()
@@ -41,7 +42,25 @@ def render_plan(console: Console, plan: ClusterPlan) -> None:
     _cost(console, plan)
 
 
-def _group(console: Console, group: NodeGroupPlan) -> None:
+def _container(plan: ClusterPlan, group: NodeGroupPlan) -> ContainerSpec | None:
+    return container_for(plan.config, group.node_type.name, head=group.role == "head")
+
+
+def _describe_container(spec: ContainerSpec) -> str:
+    run = " ".join([f"{spec.engine} run --net=host", *spec.run_options])
+    pull = (
+        "image pulled before the container starts"
+        if spec.pull_before_run
+        else "image pulled only if missing"
+    )
+    detected = [
+        what for what, on in (("GPUs", spec.detect_gpus), ("/dev/shm size", spec.detect_shm)) if on
+    ]
+    notes = [run, pull] + ([" and ".join(detected) + " detected on the host"] if detected else [])
+    return f"{spec.name} from {spec.image} ({'; '.join(notes)})"
+
+
+def _group(console: Console, plan: ClusterPlan, group: NodeGroupPlan) -> None:
     offer = group.offer
     count = "1" if group.role == "head" else f"{group.at_start} at start, up to {group.at_most}"
     market = ""
@@ -54,6 +73,9 @@ def _group(console: Console, group: NodeGroupPlan) -> None:
             market += f" (on-demand {_money(offer.price.on_demand)}/h, spot {spot}/h)"
     console.print(f"  {escape(group.node_type.name)}: {count}; {escape(offer.description)}{market}")
     console.print(f"    resources: {escape(describe_resources(group.node_type))}")
+    container = _container(plan, group)
+    if container is not None:
+        console.print(f"    container: {escape(_describe_container(container))}")
 
 
 def _commands(console: Console, plan: ClusterPlan) -> None:
@@ -64,10 +86,12 @@ def _commands(console: Console, plan: ClusterPlan) -> None:
         names = ", ".join(g.node_type.name for g in members)
         commands = members[0].commands
         console.print(f"[bold]Commands on {role} nodes[/bold] ({escape(names)})")
+        inside = any(_container(plan, g) for g in members)
+        host, box = (" (on the host)", " (in the container)") if inside else ("", "")
         for stage, lines in (
-            ("initialization", commands.initialization),
-            ("setup", commands.setup),
-            ("start ray", commands.start_ray),
+            (f"initialization{host}", commands.initialization),
+            (f"setup{box}", commands.setup),
+            (f"start ray{box}", commands.start_ray),
         ):
             console.print(f"  {stage}:" + ("" if lines else " (none)"))
             for line in lines:

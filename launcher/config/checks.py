@@ -181,17 +181,46 @@ def _check_files(merged: Mapping[str, Any], cwd: Path) -> Iterator[Problem]:
 
 
 def _check_docker(merged: Mapping[str, Any]) -> Iterator[Problem]:
+    """With containers, every node needs an image and the container a name (as Ray asks)."""
     docker = merged.get("docker")
-    if isinstance(docker, Mapping) and any(
-        isinstance(docker.get(k), str) and docker.get(k)
-        for k in ("image", "head_image", "worker_image")
-    ):
+    if not isinstance(docker, Mapping):
+        return
+    types = _node_types(merged)
+    own = {
+        name: _text(node_type.get("docker"), "worker_image") for name, node_type in types.items()
+    }
+    image = _text(docker, "image")
+    named = (image, _text(docker, "head_image"), _text(docker, "worker_image"), *own.values())
+    if not any(named):
+        return
+    if docker.get("container_name") == "":
+        yield Problem(
+            ("docker", "container_name"),
+            "is empty, but an image is named",
+            'name the container (Ray\'s examples use "ray_container"), or remove the images',
+        )
+    if not (image or _text(docker, "head_image")):
         yield Problem(
             ("docker",),
-            "running setup inside containers is not supported yet; `up` will refuse this config",
-            'remove the docker section (or set image: "") to run on the hosts',
-            severity=Severity.WARNING,
+            "names no image for the head node",
+            "set docker.image (or docker.head_image)",
         )
+    head = merged.get("head_node_type")
+    global_max = as_count(merged.get("max_workers")) or 0
+    for name, node_type in types.items():
+        if name == head and effective_max_workers(name, node_type, head, global_max) == 0:
+            continue  # only ever the head
+        if not (own[name] or _text(docker, "worker_image") or image):
+            yield Problem(
+                ("available_node_types", name),
+                f"workers of {name} have no image (docker names images for some nodes only)",
+                f"set docker.image or docker.worker_image, or {name}'s docker.worker_image",
+            )
+
+
+def _text(section: object, key: str) -> str | None:
+    value = section.get(key) if isinstance(section, Mapping) else None
+    return value if isinstance(value, str) and value else None
 
 
 def _check_fallbacks(merged: Mapping[str, Any]) -> Iterator[Problem]:

@@ -56,7 +56,8 @@ class ContainerSpec:
 
     `run_options` are the user's `run_options` strings, passed to the shell as written (as
     Ray does: `--ulimit nofile=65536:65536` is two words). `mounts` are directories of the
-    host (`~/...`) the container sees at the same place under its own home.
+    host (`~/...`, read-only with a `:ro` suffix) the container sees at the same place under
+    its own home.
     """
 
     engine: str  # "docker" or "podman"
@@ -189,8 +190,10 @@ def run_command(spec: ContainerSpec, facts: HostFacts) -> str:
     words += ["--label", f"{LABEL}={spec.digest}"]
     words += ["-e", "LC_ALL=C.UTF-8", "-e", "LANG=C.UTF-8"]  # Ray's CLI needs a UTF-8 locale
     for mount in spec.mounts:
-        inside = expand_home(mount, lambda: facts.image_home)
-        words += ["-v", f"{expand_home(mount, lambda: facts.host_home)}:{inside}"]
+        path, read_only, _ = mount.partition(":ro")
+        inside = expand_home(path, lambda: facts.image_home)
+        outside = expand_home(path, lambda: facts.host_home)
+        words += ["-v", f"{outside}:{inside}{':ro' if read_only else ''}"]
     words += detected_options(spec, facts)
     tail = [spec.image, *KEEP_ALIVE]
     return " ".join([shlex.join(words), *spec.run_options, shlex.join(tail)])

@@ -149,8 +149,12 @@ class OnPremProvider(NodeProvider):
 
     def container_mounts(self, node: Node) -> tuple[str, ...]:
         # The autoscaler in the head's container reads and writes the records of machines
-        # in use, which the laptop reaches on the host.
-        return (records_dir(self.cluster_name),) if node.kind is NodeKind.HEAD else ()
+        # in use, which the laptop reaches on the host; without a key in the config it
+        # reaches the workers as the head machine does, with the keys in its ~/.ssh.
+        if node.kind is not NodeKind.HEAD:
+            return ()
+        keys = () if self.config.auth.ssh_private_key else ("~/.ssh:ro",)
+        return (records_dir(self.cluster_name), *keys)
 
     def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
         # Through the SSH connection, to the port as the node itself sees it (Ray's

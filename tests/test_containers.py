@@ -12,8 +12,11 @@ the "containers" of Ray's own on-prem example config, read unchanged but for its
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
+import pty
+import select
 import shlex
 import signal
 import subprocess
@@ -62,6 +65,7 @@ available_node_types:
     docker: {worker_image: "ray:gpu", pull_before_run: false, worker_run_options: ["--gpus 1"]}
 head_node_type: head
 """
+PLAIN = "\n".join(line for line in BASE.splitlines() if "docker:" not in line) + "\n"
 
 
 def config(docker: str, base: str = BASE) -> ClusterConfig:
@@ -90,14 +94,14 @@ def test_head_and_worker_images_and_options_follow_rays_rules() -> None:
 
 
 def test_no_image_or_no_container_name_means_the_host() -> None:
-    assert container_for(config(""), "head", head=True) is None
-    assert (
-        container_for(config('docker: {image: "", container_name: x}\n'), "cpu", head=False) is None
+    assert container_for(config("", PLAIN), "head", head=True) is None
+    no_image = config('docker: {image: "", container_name: x}\n', PLAIN)
+    assert container_for(no_image, "cpu", head=False) is None
+    named = config("docker: {image: ray}\n", PLAIN)
+    nameless = dataclasses.replace(
+        named, docker=dataclasses.replace(named.docker, container_name="")
     )
-    assert (
-        container_for(config('docker: {image: ray, container_name: ""}\n'), "head", head=True)
-        is None
-    )
+    assert container_for(nameless, "head", head=True) is None  # as in Ray (validate refuses it)
 
 
 def test_run_command_is_the_engine_argv_with_the_users_options_as_shell_words() -> None:
@@ -184,11 +188,11 @@ def test_what_the_host_reports_is_parsed() -> None:
 
 
 def test_a_new_image_sets_the_node_up_again_but_keeps_its_start() -> None:
-    one, two = config("docker: {image: a}\n"), config("docker: {image: b}\n")
+    one, two = config("docker: {image: a}\n", PLAIN), config("docker: {image: b}\n", PLAIN)
     first = node_hashes(one, "cpu", head=False, cwd=Path.cwd())
     second = node_hashes(two, "cpu", head=False, cwd=Path.cwd())
     assert first.setup != second.setup and first.start == second.start
-    host = node_hashes(config(""), "cpu", head=False, cwd=Path.cwd())
+    host = node_hashes(config("", PLAIN), "cpu", head=False, cwd=Path.cwd())
     assert host.setup not in (first.setup, second.setup)
 
 
@@ -487,6 +491,34 @@ def test_exec_and_rsync_reach_into_the_head_container(example: Example, tmp_path
     assert sent.returncode == 0, sent.stderr
     assert example.head.path("~/fake-docker/home/uploaded/x.txt").read_text() == "x\n"
     assert not example.head.path("~/uploaded").exists()
+
+
+@needs_sshd
+def test_attach_opens_a_shell_in_the_head_container(example: Example) -> None:
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the launcher on a terminal
+        os.execve(
+            sys.executable,
+            [sys.executable, "-m", "launcher", "attach", str(example.path)],
+            example.env,
+        )
+    os.write(fd, b"echo in-$HOME-$((6 * 7)); exit 3\n")
+    output = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 1)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+    _, status = os.waitpid(pid, 0)
+    assert "in-/root/fake-docker/home-42" in output.decode(errors="replace")
+    assert os.waitstatus_to_exitcode(status) == 3
+    assert any(c[:2] == ["exec", "-it"] for c in engine_calls(example.head))
 
 
 @needs_sshd

@@ -33,6 +33,7 @@ from launcher.runners.container import (
     LABEL,
     ContainerRunner,
     ContainerSpec,
+    ContainerStart,
     ContainerState,
     HostFacts,
     StartAction,
@@ -270,7 +271,7 @@ def test_runner_starts_reuses_and_replaces_the_container(
     name = f"t{os.getpid()}"
     spec = ContainerSpec("docker", name, "img:1", True, ("--ulimit nofile=64:64",))
     runner = ContainerRunner(host, spec)
-    assert runner.ensure() == f"container {name} started (img:1)"
+    assert runner.ensure() == ContainerStart(True, f"container {name} started (img:1)")
     assert ["pull", "img:1"] in calls(root)
     run = next(c for c in calls(root) if c[0] == "run")
     assert run[run.index("--ulimit") + 1] == "nofile=64:64" and "--net=host" in run
@@ -304,12 +305,15 @@ def test_runner_starts_reuses_and_replaces_the_container(
 
     sleeper = runner.run("nohup sleep 300 >/dev/null 2>&1 & echo $!")
     assert sleeper.ok
-    assert ContainerRunner(host, spec).ensure() == f"container {name} reused (img:1)"
+    assert ContainerRunner(host, spec).ensure() == ContainerStart(
+        False, f"container {name} reused (img:1)"
+    )
     assert sum(c[0] == "run" for c in calls(root)) == 1
 
     newer = ContainerSpec("docker", name, "img:2", True, ("--ulimit nofile=64:64",))
     replaced = ContainerRunner(host, newer).ensure()
-    assert replaced == f"container {name} replaced: the image changed from img:1 to img:2"
+    assert replaced.fresh
+    assert replaced.message == f"container {name} replaced: the image changed from img:1 to img:2"
     assert not (Path(inside) / "data").exists()  # a new container starts from its image
     pid = int(sleeper.output_tail.splitlines()[-1])
     assert not _alive(pid)  # the old container's processes ended with it
@@ -614,6 +618,16 @@ def test_mounts_and_setup_go_into_the_container_and_a_new_image_replaces_it(
             )
             (run,) = [c for c in made if c[0] == "run"]
             assert run[run.index("--ulimit") + 1] == "nofile=1024:1024"
+
+            # The container is gone (the machine rebooted): --restart-only sets up a new one.
+            fake = {**os.environ, "FAKE_DOCKER_ROOT": str(host.path("~/fake-docker"))}
+            subprocess.run([str(FAKE_DOCKER), "rm", "-f", "small"], env=fake, check=True)
+            again = launcher("up", "-y", "--restart-only", str(path), env=env)
+            assert again.returncode == 0, again.stdout + again.stderr
+            assert "container small started" in again.stdout + again.stderr
+            assert (inside / "setup.log").read_text() == setup
+            assert (inside / "data/sub/b.txt").read_text() == "beta\n"
+            assert (inside / "started.log").read_text() == "started\n"
 
             write("example/two:1")
             second = launcher("up", "-y", str(path), env=env)

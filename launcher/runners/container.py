@@ -299,6 +299,12 @@ def decide_start(state: ContainerState | None, spec: ContainerSpec) -> StartPlan
 
 
 # -- the runner ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ContainerStart:
+    fresh: bool  # a new container: nothing of an earlier setup is in it
+    message: str
+
+
 class ContainerRunner:
     """A `CommandRunner` for a node whose commands run in a container on its host."""
 
@@ -312,9 +318,9 @@ class ContainerRunner:
         # container itself (`ensure`).
         return self.host.check_ready()
 
-    def ensure(self) -> str:
+    def ensure(self) -> ContainerStart:
         """Start the container, keep it if it runs from the same spec, or replace it.
-        Returns what was done, for the user. Raises ContainerError."""
+        Raises ContainerError."""
         spec = self.spec
         probe = self.host.run(state_script(spec))
         if _markers(probe.output_tail).get("engine") == "missing":
@@ -325,7 +331,7 @@ class ContainerRunner:
         state = parse_state(probe.output_tail)
         plan = decide_start(state, spec)
         if plan.action is StartAction.REUSE:
-            return f"container {spec.name} reused ({spec.image})"
+            return ContainerStart(False, f"container {spec.name} reused ({spec.image})")
         self._must(pull_command(spec), f"could not get image {spec.image}")
         facts = parse_facts(self._must(facts_script(spec), "could not inspect the host"))
         if state is not None:
@@ -333,8 +339,8 @@ class ContainerRunner:
         self._must(run_command(spec, facts), f"could not start container {spec.name}")
         self._home = None
         if plan.action is StartAction.START:
-            return f"container {spec.name} started ({spec.image})"
-        return f"container {spec.name} replaced: {plan.reason}"
+            return ContainerStart(True, f"container {spec.name} started ({spec.image})")
+        return ContainerStart(True, f"container {spec.name} replaced: {plan.reason}")
 
     def _must(self, command: str, what: str) -> str:
         result = self.host.run(command)

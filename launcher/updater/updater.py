@@ -128,7 +128,9 @@ class NodeUpdater:
             initialization = commands.initialization
             if isinstance(self.runner, ContainerRunner):
                 # On the host, before the container exists (as in Ray); then the container.
-                self._start_container(self.runner, initialization if steps.setup else (), env)
+                # A new container holds nothing of an earlier setup, nor Ray.
+                if self._start_container(self.runner, initialization if steps.setup else (), env):
+                    steps = UpdateSteps(sync_files=True, setup=True, start_ray=True)
                 initialization = ()
             if steps.sync_files:
                 self._stage(NodeStatus.SYNCING, "syncing files")
@@ -188,15 +190,19 @@ class NodeUpdater:
 
     def _start_container(
         self, runner: ContainerRunner, on_host: Sequence[str], env: Mapping[str, str]
-    ) -> None:
+    ) -> bool:
+        """Run `on_host` on the host, then start (or keep) the container. Returns whether
+        the container is a new one."""
         if on_host:
             self._stage(NodeStatus.SETTING_UP, "running initialization commands on the host")
             self._run_all(on_host, env, runner.host)
         self._stage(NodeStatus.SETTING_UP, f"starting container {runner.spec.name}")
         try:
-            self._emit(runner.ensure())
+            started = runner.ensure()
         except ContainerError as exc:
             raise self._fail(str(exc)) from exc
+        self._emit(started.message)
+        return started.fresh
 
     def _place_bootstrap_config(self, start_commands: Sequence[str]) -> None:
         """The head's start command may name the config Ray's own autoscaler reads."""

@@ -20,8 +20,9 @@ from pathlib import Path
 from types import FrameType
 
 from launcher.autoscaler.backoff import TypeBackoff
-from launcher.autoscaler.demand import Demand, DemandReader
+from launcher.autoscaler.demand import Demand
 from launcher.autoscaler.executor import Executor
+from launcher.autoscaler.gcs import GcsDemandReader
 from launcher.autoscaler.minimum import broken_workers
 from launcher.autoscaler.observe import planner_settings, snapshot
 from launcher.autoscaler.planner import Plan, plan
@@ -65,7 +66,7 @@ class Daemon:
         self.wake = threading.Event()  # a launch finished: tick now, to set its nodes up
         self.executor = Executor(provider, config, self._decided, on_done=self.wake.set)
         self.settings = planner_settings(config, SPECS[config.provider.type], load_prices())
-        self.reader: DemandReader | None = None
+        self.reader: GcsDemandReader | None = None
         self.seen_before: set[str] = set()
         self.seen_now: set[str] = set()
         self.recent: list[dict[str, object]] = []
@@ -84,6 +85,8 @@ class Daemon:
                 self.wake.clear()
         finally:
             self.executor.shutdown()
+            if self.reader is not None:
+                self.reader.close()
         log("autoscaler stopped")
 
     def tick(self) -> None:
@@ -154,16 +157,15 @@ class Daemon:
         return out
 
     def _demand(self, head: Node | None) -> Demand:
+        """Ray's demand, or none while the GCS cannot be read (bounded: see gcs.py)."""
         if head is None or head.status is not NodeStatus.UP_TO_DATE:
             return Demand()
-        try:
-            if self.reader is None:
-                self.reader = DemandReader(self.provider.ray_address(head))
-            return self.reader.read()
-        except Exception as exc:  # Ray restarting or unreachable: no demand this tick
-            self.reader = None
-            self._decided(f"cannot read Ray's demand yet: {exc}", "warning")
-            return Demand()
+        address = self.provider.ray_address(head)
+        if self.reader is None or self.reader.address != address:
+            if self.reader is not None:
+                self.reader.close()
+            self.reader = GcsDemandReader(address, log)
+        return self.reader.read() or Demand()
 
     def _decided(self, text: str, action: str) -> None:
         """Log a decision when it differs from the last tick's, so the log stays readable."""

@@ -4,14 +4,21 @@ Uses Ray 2.60's autoscaler state API (`get_cluster_resource_state`): pending tas
 bundles, pending placement groups with their strategy, `request_resources` constraints,
 and every node's resources and idle time. `request_resources` made while Ray's own v2
 autoscaler is off land in the internal KV instead; both are read.
+
+Ray's GCS client blocks (40 s to connect, indefinitely to read) and ends its whole process
+after 60 s without a GCS, so the autoscaler reads through a child process running `main`
+here (`launcher.autoscaler.gcs`), with demand passed as one JSON line per read.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from launcher.autoscaler.planner import Gang, Resources
 
@@ -114,3 +121,65 @@ class DemandReader:
         except ValueError:
             return []
         return [_resources(b) for b in bundles if isinstance(b, dict)]
+
+
+# -- the child process: one JSON line of demand per request line ------------------------
+READY_LINE = "ready"
+
+
+def encode(demand: Demand) -> dict[str, Any]:
+    return {
+        "pending": [[dict(r), c] for r, c in demand.pending],
+        "gangs": [[[dict(b) for b in g.bundles], g.strategy, g.name] for g in demand.gangs],
+        "constraints": [dict(c) for c in demand.constraints],
+        "nodes": [
+            [n.node_id, n.ip, dict(n.total), dict(n.available), n.idle_s, n.alive]
+            for n in demand.nodes
+        ],
+    }
+
+
+def decode(data: Mapping[str, Any]) -> Demand:
+    return Demand(
+        tuple((dict(r), int(c)) for r, c in data["pending"]),
+        tuple(Gang(tuple(dict(b) for b in bundles), s, n) for bundles, s, n in data["gangs"]),
+        tuple(dict(c) for c in data["constraints"]),
+        tuple(
+            RayNode(i, ip, dict(t), dict(a), float(idle), bool(alive))
+            for i, ip, t, a, idle, alive in data["nodes"]
+        ),
+    )
+
+
+def serve(gcs_address: str, requests: TextIO, replies: TextIO) -> None:
+    """Answer each request line with {"demand": ...} or {"error": "..."} on one line."""
+    from ray.autoscaler.v2.sdk import get_cluster_resource_state  # noqa: F401  (import cost here)
+
+    replies.write(READY_LINE + "\n")
+    replies.flush()
+    reader: DemandReader | None = None
+    for _ in requests:
+        try:
+            reader = reader or DemandReader(gcs_address)
+            reply: dict[str, Any] = {"demand": encode(reader.read())}
+        except Exception as exc:  # reported to the parent, which decides what it means
+            reader = None
+            reply = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m launcher.autoscaler.demand")
+    parser.add_argument("--gcs", required=True, help="the GCS address, ip:port")
+    address = parser.parse_args(argv).gcs
+    # Replies own the real stdout; anything else printed there (Ray, a library) goes to stderr.
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    serve(address, sys.stdin, replies)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

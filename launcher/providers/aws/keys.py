@@ -1,8 +1,11 @@
 """The EC2 key pair the launcher logs in with, when the config names none.
 
 Its private key is kept at `$LAUNCHER_HOME/keys/NAME.pem` (mode 0600, written once, never
-overwritten). A key pair that exists in EC2 whose private key is not on this machine cannot
-be used: the message says how to go on.
+overwritten). The key is made here and saved before EC2 hears of it (ImportKeyPair), so an
+`up` interrupted at any point leaves either no key pair, or a private key that the next `up`
+imports, or both: never a key pair in EC2 whose private key is lost (as CreateKeyPair,
+which answers with the only copy of the private key, could). A key pair that exists in EC2
+whose private key is not on this machine cannot be used: the message says how to go on.
 """
 
 from __future__ import annotations
@@ -25,11 +28,30 @@ def key_path(key_name: str) -> Path:
     return launcher_home() / "keys" / f"{key_name}.pem"
 
 
+KEY_BITS = 3072
+
+
 def _write_private(path: Path, material: str) -> None:
+    """Write `path` (0600) whole or not at all: a partial file is never left under its name."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(material if material.endswith("\n") else material + "\n")
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(material if material.endswith("\n") else material + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.link(partial, path)  # fails if the key exists: it is never overwritten
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _new_private_key() -> str:
+    import paramiko
+
+    text = io.StringIO()
+    paramiko.RSAKey.generate(KEY_BITS).write_private_key(text)
+    return text.getvalue()
 
 
 def _public_key(path: Path) -> str:
@@ -68,22 +90,19 @@ def ensure_key_pair(clients: AwsClients, key_name: str, cluster_name: str) -> tu
             "there from the machine that created it, or name your own key with "
             "auth.ssh_private_key and node_config.KeyName"
         )
+    done = f"imported key pair {key_name} from {path}"
+    if not path.exists():
+        # Saved first: if what follows is interrupted, the next `up` imports this key.
+        _write_private(path, _new_private_key())
+        done = f"created key pair {key_name} (private key {path}, mode 0600)"
     tags = [{"ResourceType": "key-pair", "Tags": [{"Key": TAG_CLUSTER, "Value": cluster_name}]}]
     try:
-        if path.exists():  # the key pair was deleted in EC2; bring back the one we hold
-            clients.ec2.import_key_pair(
-                KeyName=key_name,
-                PublicKeyMaterial=_public_key(path).encode(),
-                TagSpecifications=tags,
-            )
-            return path, f"imported key pair {key_name} from {path}"
-        made = clients.ec2.create_key_pair(
-            KeyName=key_name, KeyType="rsa", KeyFormat="pem", TagSpecifications=tags
+        clients.ec2.import_key_pair(
+            KeyName=key_name, PublicKeyMaterial=_public_key(path).encode(), TagSpecifications=tags
         )
     except boto_errors() as exc:
         raise ProviderError(f"cannot create key pair {key_name}: {error_message(exc)}") from exc
-    _write_private(path, str(made["KeyMaterial"]))
-    return path, f"created key pair {key_name} (private key {path}, mode 0600)"
+    return path, done
 
 
 def delete_key_pair(clients: AwsClients, key_name: str) -> list[str]:

@@ -1,0 +1,487 @@
+"""Issue 6's reliability requirement on AWS: after `down`, no instance of the cluster is left,
+in every one of a few dozen randomized runs that interrupt `up` at a random point (SIGINT or
+SIGKILL after a random delay or at its k-th AWS call, an AWS error at its k-th call, or
+throttling until the user gives up); a second `up` never creates a second head.
+
+The launcher CLI runs as a subprocess against moto's EC2/IAM server (tests/aws_fake.py), where
+each instance in a loopback VPC is a real SSH host, and the autoscaler on the head launches a
+worker for min_workers (so `down` races with it). Ray itself is not started (its start
+commands are `true`): what is tested is the launcher's own bookkeeping, and it keeps the runs
+cheap. Some runs cache stopped nodes, with a worker whose first start fails so that the
+autoscaler stops it and starts it again.
+
+Each run has its own cluster name, so runs do not see each other. Runs are chosen by a
+seeded RNG: LAUNCHER_RELIABILITY_SEED=N reproduces a session (as far as timing allows),
+LAUNCHER_RELIABILITY_RUNS=N sets how many runs there are. Every failure names the seed and
+the run's choices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.cluster.lock import ClusterLock
+from launcher.errors import ClusterBusyError
+from tests.aws_fake import LOOPBACK_NET, Call, InstanceHosts, InstanceView, MotoServer
+from tests.ssh_hosts import isolation_unavailable
+
+pytestmark = pytest.mark.skipif(
+    isolation_unavailable() is not None, reason=str(isolation_unavailable())
+)
+
+SEED = int(
+    os.environ.get("LAUNCHER_RELIABILITY_SEED") or random.SystemRandom().randrange(1_000_000)
+)
+RUNS = int(os.environ.get("LAUNCHER_RELIABILITY_RUNS") or 24)
+LIVE = ("pending", "running", "stopping", "stopped")
+COMMAND_TIMEOUT_S = 180.0  # a command taking longer than this has hung
+
+CONFIG = """
+cluster_name: NAME
+max_workers: 2
+idle_timeout_minutes: 5
+provider:
+  type: aws
+  region: us-west-2
+  use_internal_ips: true
+  cache_stopped_nodes: CACHE
+auth:
+  ssh_user: root
+available_node_types:
+  head:
+    node_config: {InstanceType: m5.large, ImageId: AMI, SubnetIds: [SUBNET_A]}
+    resources: {CPU: 1}
+    max_workers: 0
+  worker:
+    node_config: {InstanceType: m5.large, ImageId: AMI, SubnetIds: [SUBNET_A, SUBNET_B]}
+    resources: {CPU: 1}
+    min_workers: 1
+    max_workers: 2
+head_node_type: head
+setup_commands:
+  - echo "setup on $LAUNCHER_NODE_IP" >> ~/setup.log
+head_start_ray_commands: ["true"]
+worker_start_ray_commands: [WORKER_START]
+"""
+# A worker's first start fails (its disk remembers it): the autoscaler then removes it, which
+# with cache_stopped_nodes stops it, and starts it again for min_workers.
+FAILS_ONCE = '"test -e ~/started-once || { touch ~/started-once; echo first start fails; exit 1; }"'
+
+# What each AWS service answers a caller that may not make a call, or that calls too often.
+DENIED = {"ec2": ("UnauthorizedOperation", 403), "iam": ("AccessDenied", 403)}
+DENIED["sts"] = DENIED["iam"]
+THROTTLED = {"ec2": ("RequestLimitExceeded", 503), "iam": ("Throttling", 400)}
+THROTTLED["sts"] = THROTTLED["iam"]
+
+
+# -- what a run does ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    """One randomized run: how `up` is interrupted, and what happens around it.
+
+    mode: "signal-after" (`signal` after `delay_s`), "signal-at-call" (`signal` when `up`
+    makes a call: the one at `at` (0..1) in the calls a whole `up` made, as "the n-th call
+    of its action"), "error-at-call" (that call is refused as unauthorized), "throttled"
+    (that call and every later one are throttled, then `signal` after `delay_s`)."""
+
+    index: int
+    mode: str
+    signal: str
+    delay_s: float
+    at: float
+    cache_stopped: bool
+    second_up: bool
+    target: tuple[str, int] | None = None  # the call, instead of the one `at` picks
+
+    @property
+    def name(self) -> str:
+        return f"rel{self.index}"
+
+    def describe(self, baseline: list[str]) -> str:
+        action, nth = self.call(baseline)
+        call = f"{action} call #{nth + 1}"
+        what = {
+            "signal-after": f"{self.signal} after {self.delay_s:.2f} s",
+            "signal-at-call": f"{self.signal} at its {call}",
+            "error-at-call": f"AWS refuses its {call}",
+            "throttled": f"throttled from its {call} on, {self.signal} after {self.delay_s:.2f} s",
+        }[self.mode]
+        extra = [
+            "cache_stopped_nodes" if self.cache_stopped else "",
+            "second up" if self.second_up else "",
+        ]
+        more = ", ".join(e for e in extra if e)
+        return (
+            f"seed {SEED} run {self.index} ({self.name}): {what}"
+            + (f"; {more}" if more else "")
+            + f" [reproduce: LAUNCHER_RELIABILITY_SEED={SEED} LAUNCHER_RELIABILITY_RUNS={RUNS}]"
+        )
+
+    def call(self, baseline: list[str]) -> tuple[str, int]:
+        """The call of `up` the interruption is tied to: (action, n) for the n-th (from 0)
+        call of that action, picked from `baseline`, the actions of a whole `up` in order
+        (so that the number of polls, which depends on timing, does not matter)."""
+        if self.target is not None:
+            return self.target
+        index = int(self.at * len(baseline))
+        return baseline[index], baseline[:index].count(baseline[index])
+
+
+# The calls by which `up` creates something: each of the first runs is interrupted at one
+# of them (the answer is lost), and runs `up` again.
+CREATING = (
+    "ImportKeyPair",
+    "CreateSecurityGroup",
+    "AuthorizeSecurityGroupIngress",
+    "CreateRole",
+    "PutRolePolicy",
+    "CreateInstanceProfile",
+    "AddRoleToInstanceProfile",
+    "RunInstances",
+    "CreateTags",
+)
+
+
+def plan_run(index: int) -> Run:
+    rng = random.Random(f"{SEED}-{index}")
+    if index < len(CREATING):
+        return Run(
+            index=index,
+            mode="signal-at-call",
+            signal=rng.choice(("SIGINT", "SIGKILL")),
+            delay_s=0.0,
+            at=0.0,
+            cache_stopped=rng.random() < 0.35,
+            second_up=True,
+            target=(CREATING[index], 0),
+        )
+    mode = rng.choices(
+        ("signal-after", "signal-at-call", "error-at-call", "throttled"), (3, 3, 3, 1)
+    )[0]
+    return Run(
+        index=index,
+        mode=mode,
+        signal=rng.choice(("SIGINT", "SIGKILL")),
+        delay_s=rng.uniform(0.5, 3.0) if mode == "throttled" else rng.uniform(0.3, 6.0),
+        at=rng.random(),
+        cache_stopped=rng.random() < 0.35,
+        second_up=rng.random() < 0.4,
+    )
+
+
+# -- the fake cloud and the commands --------------------------------------------------------
+
+
+@dataclass
+class Finished:
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return f"$ launcher {' '.join(self.args)} -> {self.returncode}\n{self.stdout}{self.stderr}"
+
+
+class Launcher:
+    """`launcher ARGS` as a subprocess in its own session, its output in files (a killed
+    process leaves no pipe behind)."""
+
+    def __init__(self, env: dict[str, str], tmp: Path, args: tuple[str, ...]) -> None:
+        self.args = args
+        self._out = (tmp / "out").open("w+")
+        self._err = (tmp / "err").open("w+")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "launcher", *args],
+            env=env,
+            stdout=self._out,
+            stderr=self._err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def send(self, name: str) -> None:
+        """SIGINT as a terminal's Ctrl-C sends it (to the whole process group); SIGKILL to
+        the launcher alone, as the OOM killer would."""
+        with contextlib.suppress(ProcessLookupError):
+            if name == "SIGINT":
+                os.killpg(self.process.pid, signal.SIGINT)
+            else:
+                os.kill(self.process.pid, signal.SIGKILL)
+
+    def wait(self, timeout: float = COMMAND_TIMEOUT_S) -> Finished:
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.send("SIGKILL")
+            self.process.wait(30)
+            raise AssertionError(
+                f"launcher {' '.join(self.args)} hung for {timeout:g} s\n"
+                + self._read()[0]
+                + self._read()[1]
+            ) from None
+        finally:
+            # Whatever the launcher left running in its session (it starts none itself).
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        stdout, stderr = self._read()
+        return Finished(self.args, code, stdout, stderr)
+
+    def _read(self) -> tuple[str, str]:
+        texts = []
+        for handle in (self._out, self._err):
+            handle.flush()
+            handle.seek(0)
+            texts.append(handle.read())
+        return texts[0], texts[1]
+
+
+@dataclass
+class Cloud:
+    server: MotoServer
+    hosts: InstanceHosts
+    tmp: Path
+    env: dict[str, str]
+    ami: str
+    subnets: tuple[str, str]
+    baseline: list[str] = field(default_factory=list)
+
+    def config(self, name: str, cache_stopped: bool) -> Path:
+        text = (
+            CONFIG.replace("NAME", name)
+            .replace("CACHE", "true" if cache_stopped else "false")
+            .replace("WORKER_START", FAILS_ONCE if cache_stopped else '"true"')
+            .replace("AMI", self.ami)
+            .replace("SUBNET_A", self.subnets[0])
+            .replace("SUBNET_B", self.subnets[1])
+        )
+        path = self.tmp / f"{name}.yaml"
+        path.write_text(text)
+        return path
+
+    def start(self, origin: str, *args: str) -> Launcher:
+        """`launcher ARGS`, its AWS calls marked with `origin` (Call.origin)."""
+        env = {**self.env, "AWS_SDK_UA_APP_ID": origin}
+        directory = self.tmp / "runs" / f"{origin}-{time.monotonic_ns()}"
+        directory.mkdir(parents=True)
+        return Launcher(env, directory, args)
+
+    def run(self, origin: str, *args: str) -> Finished:
+        return self.start(origin, *args).wait()
+
+    def instances(self, cluster: str, states: tuple[str, ...] = LIVE) -> list[InstanceView]:
+        return [
+            i
+            for i in self.server.instances()
+            if i.tags.get("launcher-cluster") == cluster and (not states or i.state in states)
+        ]
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
+    tmp = tmp_path_factory.mktemp("reliability")
+    with MotoServer() as server, InstanceHosts(server) as hosts:
+        ec2 = server.client("ec2")
+        subnets = own_subnets(ec2)
+        ami = str(ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"])
+        env = {**os.environ, **server.env(), "LAUNCHER_HOME": str(tmp / "home")}
+        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
+            env.pop(name, None)
+        cloud = Cloud(server, hosts, tmp, env, ami, subnets)
+        yield cloud
+        hosts.check()
+
+
+def own_subnets(ec2: Any) -> tuple[str, str]:
+    """Two subnets (zones a and b) of a VPC 127.16.0.0/16, numbered at random from
+    127.16.100.0/24 on, so that this session's hosts do not take the addresses of another
+    test session's on this machine (tests/aws_fake.py's loopback_vpc uses 127.16.1-3.x)."""
+    vpc = ec2.create_vpc(CidrBlock=str(LOOPBACK_NET))["Vpc"]["VpcId"]
+    third = random.SystemRandom().randrange(100, 250, 2)
+    a, b = (
+        ec2.create_subnet(
+            VpcId=vpc, CidrBlock=f"127.16.{third + n}.0/24", AvailabilityZone=f"us-west-2{zone}"
+        )["Subnet"]["SubnetId"]
+        for n, zone in enumerate("ab")
+    )
+    return str(a), str(b)
+
+
+def clean(finished: Finished) -> None:
+    """The command failed, if at all, with one clear line: no traceback, no internal error."""
+    text = finished.stdout + finished.stderr
+    assert "Traceback" not in text and "internal error" not in text, finished.output
+
+
+def assert_unlocked(cloud: Cloud, cluster: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAUNCHER_HOME", cloud.env["LAUNCHER_HOME"])
+    try:
+        with ClusterLock(cluster, "test", timeout_s=0.5):
+            pass
+    except ClusterBusyError as exc:
+        raise AssertionError(f"cluster {cluster} is still locked: {exc}") from None
+
+
+# -- the tests ------------------------------------------------------------------------------
+
+
+def test_a_whole_up_and_down(cloud: Cloud) -> None:
+    """The baseline: an uninterrupted `up` (whose AWS calls the runs count to pick the k-th
+    one), a second `up` that creates nothing, and `down`."""
+    path = str(cloud.config("base", cache_stopped=False))
+    up = cloud.run("base-up", "up", "-y", path)
+    clean(up)
+    assert up.returncode == 0, up.output
+    cloud.baseline = [str(c.action) for c in cloud.server.calls() if c.call.origin == "base-up"]
+    assert {"ImportKeyPair", "RunInstances", "CreateTags"} <= set(cloud.baseline)
+    kinds = sorted(i.tags["launcher-node-kind"] for i in cloud.instances("base"))
+    assert kinds == ["head", "worker"]
+    again = cloud.run("base-up2", "up", "-y", path)
+    assert again.returncode == 0, again.output
+    assert len(cloud.instances("base", ())) == 2
+    down = cloud.run("base-down", "down", "-y", path)
+    assert down.returncode == 0, down.output
+    assert cloud.instances("base") == []
+
+
+@pytest.mark.parametrize("index", range(RUNS))
+def test_interrupted_up_then_down_leaves_no_instance(
+    cloud: Cloud, index: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check_run(cloud, plan_run(index), monkeypatch)
+
+
+def check_run(cloud: Cloud, run: Run, monkeypatch: pytest.MonkeyPatch) -> Finished:
+    """Interrupt `up` as `run` says, maybe `up` again, `down`: and check that nothing is
+    left. Returns how the interrupted `up` ended."""
+    if not cloud.baseline:
+        pytest.skip("the baseline up did not run")
+    story = run.describe(cloud.baseline)
+    path = str(cloud.config(run.name, run.cache_stopped))
+    notes = [story]
+    try:
+        up = interrupt_up(cloud, run, path)
+        notes.append(up.output)
+        clean(up)
+        assert up.returncode in expected_codes(run), "unexpected exit code of up"
+        if run.mode == "error-at-call" and up.returncode == 1:
+            assert "UnauthorizedOperation" in up.stderr or "AccessDenied" in up.stderr
+        assert_unlocked(cloud, run.name, monkeypatch)
+        if run.second_up:
+            again = cloud.run(f"{run.name}-up2", "up", "-y", path)
+            notes.append(again.output)
+            clean(again)
+            assert again.returncode == 0, "the second up failed"
+            heads = [i for i in cloud.instances(run.name, ()) if is_head(i)]
+            assert len(heads) == 1, f"heads ever launched: {heads}"
+            assert heads[0].state == "running", heads
+        down = cloud.run(f"{run.name}-down", "down", "-y", path)
+        notes.append(down.output)
+        clean(down)
+        if down.returncode != 0:
+            again = cloud.run(f"{run.name}-down2", "down", "-y", path)
+            notes.append(again.output)
+            left = cloud.instances(run.name)
+            verdict = "fixed it" if again.returncode == 0 and not left else "did not fix it"
+            raise AssertionError(f"down failed (BUG); a second down {verdict}; left: {left}")
+        left = cloud.instances(run.name)
+        assert left == [], f"instances left after down: {left}"
+        print(f"{story}: up exited {up.returncode}; nothing left after down")
+        assert not cloud.hosts.outside, f"instances outside the loopback VPC: {cloud.hosts.outside}"
+    except AssertionError as exc:
+        raise AssertionError("\n".join([str(exc), *notes])) from None
+    finally:
+        cloud.server.faults.clear()
+    return up
+
+
+def is_head(instance: InstanceView) -> bool:
+    return instance.tags.get("launcher-node-kind") == "head"
+
+
+def expected_codes(run: Run) -> tuple[int, ...]:
+    """Exit codes `up` may end with under `run` (0: it finished before the interruption)."""
+    if run.mode == "error-at-call":
+        return (0, 1)
+    return (0, 130) if run.signal == "SIGINT" else (0, -signal.SIGKILL)
+
+
+class Target:
+    """The call of one origin that a run's interruption is tied to: its `nth` call (from 0)
+    of `action`, as the server sees them. Armed first, as a fault that never fires, so that
+    every call is counted before the faults armed after it ask `hit` (this is that call) or
+    `reached` (that call or a later one)."""
+
+    def __init__(self, server: MotoServer, origin: str, action: str, nth: int) -> None:
+        self.origin, self.action, self.nth = origin, action, nth
+        self.seq: int | None = None
+        self._seen: set[int] = set()
+        self._counts: dict[str | None, int] = {}
+        self._lock = threading.Lock()
+        server.faults.add("*", when=self._count)
+
+    def _count(self, call: Call) -> bool:
+        if call.origin == self.origin:
+            with self._lock:
+                if call.seq not in self._seen:
+                    self._seen.add(call.seq)
+                    number = self._counts.get(call.action, 0)
+                    self._counts[call.action] = number + 1
+                    if self.seq is None and (call.action, number) == (self.action, self.nth):
+                        self.seq = call.seq
+        return False
+
+    def hit(self, call: Call) -> bool:
+        return call.origin == self.origin and call.seq == self.seq
+
+    def reached(self, call: Call) -> bool:
+        return call.origin == self.origin and self.seq is not None and call.seq >= self.seq
+
+
+def interrupt_up(cloud: Cloud, run: Run, path: str) -> Finished:
+    """Start `up` and interrupt it as `run` says; returns how it ended."""
+    origin = run.name
+    target = Target(cloud.server, origin, *run.call(cloud.baseline))
+    started = threading.Event()
+    holder: list[Launcher] = []
+
+    def send(call: Call) -> None:
+        started.wait(10)
+        holder[0].send(run.signal)
+
+    faults = cloud.server.faults
+    if run.mode == "signal-at-call":
+        faults.add("*", when=target.hit, effect=send)
+    elif run.mode in ("error-at-call", "throttled"):
+        errors, when = (
+            (DENIED, target.hit) if run.mode == "error-at-call" else (THROTTLED, target.reached)
+        )
+        for service, (code, status) in errors.items():
+            faults.add("*", code, status=status, service=service, when=when)
+    launcher = cloud.start(origin, "up", "-y", path)
+    holder.append(launcher)
+    started.set()
+    if run.mode in ("signal-after", "throttled"):
+        try:
+            launcher.process.wait(run.delay_s)
+        except subprocess.TimeoutExpired:
+            launcher.send(run.signal)
+    finished = launcher.wait()
+    faults.clear()
+    return finished

@@ -24,7 +24,9 @@ hosts. All traffic stays on 127.0.0.0/8. --quick takes about a minute, the full 
    operations of our own no-op `up`, recorded, replayed one OpenSSH client process each.
    Then where our no-op `up` spends its time (in-process, phases and SSH operations timed).
 
-Both parts also time two what-ifs patched into this process only (WHAT_IFS below).
+Part 1 also times a what-if patched into this process only: ours with every copy made by
+rsync (as before SFTP was used for small copies), and splits the CPU between the launcher's
+side and the hosts' (the processes in their namespaces: sshd, shells, what the commands run).
 """
 
 from __future__ import annotations
@@ -83,10 +85,10 @@ SETUP_COMMANDS = (
     "grep -q PATH ~/.bashrc && echo env-ok >> ~/bench/x/log",
 )
 WORKER_START = ("echo ray-stop-skipped", "echo ray-started >> ~/bench/x/started")
-# Part 2's head runs real Ray: the autoscaler daemon needs a GCS to read demand from (with
-# none, each tick blocks ~40 s in Ray's client and Ray ends the daemon after 60 s without a
-# GCS). Workers run no Ray. The GCS listens on *:6379 (the port the launcher uses for on-prem
-# heads), so nothing else may hold it while part 2 runs; the other ports are our own.
+# Part 2's head runs real Ray, as a real cluster's does, so its autoscaler reads real demand
+# (without a GCS it would log the outage and go on). Workers run no Ray. The GCS listens on
+# *:6379 (the port the launcher uses for on-prem heads), so nothing else may hold it while
+# part 2 runs; the other ports are our own.
 HEAD_START = (
     "ray stop",
     "ray start --head --port=6379 --node-ip-address=$LAUNCHER_NODE_IP --num-cpus=1 "
@@ -300,6 +302,7 @@ class Cost:
     wall: float
     machine_cpu: float  # CPU seconds of the whole machine (/proc/stat): hosts included
     client_cpu: float  # CPU seconds of this process and the children it waited for
+    hosts_cpu: float  # CPU seconds of the hosts' processes (sshd and what it ran)
 
 
 def machine_cpu_s() -> float:
@@ -314,43 +317,36 @@ def client_cpu_s() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def measure(work: Callable[[], object]) -> Cost:
-    machine, client, started = machine_cpu_s(), client_cpu_s(), time.perf_counter()
+def hosts_cpu_s(hosts: Sequence[IsolatedHost]) -> float:
+    """CPU time of every process in the hosts' PID namespaces, those that ended included
+    (an ended process's time is in its parent's, once reaped)."""
+    ticks = 0
+    for host in hosts:
+        for pid in host.processes():
+            with contextlib.suppress(OSError, ValueError):
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                ticks += sum(int(f) for f in stat.rsplit(")", 1)[1].split()[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def measure(work: Callable[[], object], hosts: Sequence[IsolatedHost]) -> Cost:
+    machine, client, host = machine_cpu_s(), client_cpu_s(), hosts_cpu_s(hosts)
+    started = time.perf_counter()
     work()
     wall = time.perf_counter() - started
-    return Cost(wall, machine_cpu_s() - machine, client_cpu_s() - client)
+    time.sleep(0.2)  # the hosts' sessions end and are reaped
+    return Cost(wall, machine_cpu_s() - machine, client_cpu_s() - client, hosts_cpu_s(hosts) - host)
 
 
-# What-ifs, patched in this process only (launcher/ is not changed): what two changes to the
-# SSH runner would give. "nodelay": TCP_NODELAY on each paramiko connection (paramiko leaves
-# Nagle's algorithm on, and each command then waits ~40 ms for a delayed ACK on loopback).
-# "sftp": file mounts over SFTP on that same connection instead of an rsync process, whose
-# OpenSSH client makes a new connection (a post-quantum key exchange, ~185 ms, ~95 ms CPU).
-WHAT_IFS = {"nodelay": (True, False), "nodelay+sftp": (True, True)}
-LABELS = {
-    "ours": "ours",
-    "base": "OpenSSH per command",
-    "nodelay": "ours + TCP_NODELAY",
-    "nodelay+sftp": "ours + TCP_NODELAY + SFTP",
-}
+# The what-if, patched in this process only (launcher/ is not changed): every copy by rsync,
+# as before small copies went over SFTP on the open connection (each rsync runs an OpenSSH
+# client that makes a new connection: a post-quantum key exchange here, ~185 ms, ~95 ms CPU).
+LABELS = {"ours": "ours", "base": "OpenSSH per command", "rsync": "ours, copies by rsync"}
 
 
 @contextlib.contextmanager
-def what_if(nodelay: bool = False, sftp: bool = False) -> Iterator[None]:
-    with contextlib.ExitStack() as stack:
-        if nodelay:
-            original = SSHRunner._connect
-
-            def connect(runner: SSHRunner) -> Any:
-                client = original(runner)
-                sock = client.get_transport().sock
-                if isinstance(sock, socket.socket):
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                return client
-
-            stack.enter_context(mock.patch.object(SSHRunner, "_connect", connect))
-        if sftp:
-            stack.enter_context(mock.patch.object(ssh_module, "rsync_available", lambda: False))
+def all_copies_by_rsync() -> Iterator[None]:
+    with mock.patch.object(ssh_module, "sftp_is_cheaper", lambda size, trip: False):
         yield
 
 
@@ -377,7 +373,7 @@ def setup_ours(lab: Lab, config: ClusterConfig, count: int, tag: str) -> Cost:
             list(pool.map(update, nodes))
 
     try:
-        cost = measure(all_nodes)
+        cost = measure(all_nodes, lab.hosts[:count])
     finally:
         provider.ssh.close()
     statuses = {n.status for n in provider.workers()}
@@ -401,7 +397,7 @@ def setup_baseline(lab: Lab, count: int, tag: str) -> Cost:
                 future.result()
 
     try:
-        return measure(all_nodes)
+        return measure(all_nodes, lab.hosts[:count])
     finally:
         ssh.close(ips)
 
@@ -423,10 +419,11 @@ def bench_setup(lab: Lab, sizes: Sequence[int], repeats: int) -> SetupResults:
                 tag = f"{count}-{repeat}-{which}"
                 if which == "base":
                     runs[which].append(setup_baseline(lab, count, tag))
-                else:
-                    nodelay, sftp = WHAT_IFS.get(which, (False, False))
-                    with what_if(nodelay, sftp):
+                elif which == "rsync":
+                    with all_copies_by_rsync():
                         runs[which].append(setup_ours(lab, config, count, tag))
+                else:
+                    runs[which].append(setup_ours(lab, config, count, tag))
                 lab.check_set_up(lab.hosts[:count])
         results[count] = runs
         spread = "; ".join(f"{LABELS[k]} {_spread(v)}" for k, v in runs.items())
@@ -452,20 +449,22 @@ def report_setup(results: SetupResults) -> None:
     rows = []
     for count, runs in sorted(results.items()):
         wall = {k: _median(v, "wall") for k, v in runs.items()}
-        cpu = {k: (_median(v, "machine_cpu"), _median(v, "client_cpu")) for k, v in runs.items()}
         rows.append(
             [
                 str(count),
                 *(f"{wall[k]:.2f} s ({wall[k] / wall['base']:.2f}x)" for k in LABELS),
-                " / ".join(f"{cpu[k][0]:.1f}" for k in LABELS),
-                " / ".join(f"{cpu[k][1]:.1f}" for k in LABELS),
+                *(
+                    " / ".join(f"{_median(runs[k], what):.2f}" for k in LABELS)
+                    for what in ("machine_cpu", "client_cpu", "hosts_cpu")
+                ),
             ]
         )
     headers = [
         "hosts",
         *(f"{label} (/ OpenSSH)" for label in LABELS.values()),
         "machine CPU-s (same order)",
-        "launcher-side CPU-s (same order)",
+        "launcher-side CPU-s",
+        "hosts' CPU-s",
     ]
     print(table(headers, rows))
     low, high = min(results), max(results)
@@ -479,6 +478,14 @@ def report_setup(results: SetupResults) -> None:
         for k, v in results[high].items()
     )
     print(f"machine busy during the {high}-host runs (of {cores} cores): {busy}")
+    ours = results[high]["ours"]
+    floor = (_median(ours, "client_cpu") + _median(ours, "hosts_cpu")) / cores
+    print(
+        f"ours, {high} hosts: the launcher's and the hosts' CPU alone take {floor:.2f} s on "
+        f"{cores} cores, {floor / _median(results[low]['ours'], 'wall'):.1f}x time({low}); per "
+        f"host {1000 * _median(ours, 'client_cpu') / high:.0f} ms launcher-side, "
+        f"{1000 * _median(ours, 'hosts_cpu') / high:.0f} ms on the host"
+    )
     if high > MAX_PARALLEL_SETUPS:
         print(
             f"note: MAX_PARALLEL_SETUPS is {MAX_PARALLEL_SETUPS}, below {high}: the daemon "
@@ -796,7 +803,7 @@ class RayCLI:
             self.control.parent.rmdir()  # only when no other cluster's socket is there
 
 
-NOOP_RUNS = ("cli", "inproc", *WHAT_IFS, "ray_cli", "a", "a_norestart", "b")
+NOOP_RUNS = ("cli", "inproc", "ray_cli", "a", "a_norestart", "b")
 
 
 def bench_noop(lab: Lab, repeats: int, ready_timeout_s: float) -> dict[str, Any]:
@@ -832,9 +839,6 @@ def noop_round(
     times["cli"].append(noop_up_cli(lab, path))
     elapsed, recorder = noop_up_in_process(lab, path)
     times["inproc"].append(elapsed)
-    for key, (nodelay, sftp) in WHAT_IFS.items():
-        with what_if(nodelay, sftp):
-            times[key].append(noop_up_in_process(lab, path)[0])
     times["ray_cli"].append(ray.noop_up())
     times["a"].append(ray_noop_up(lab, ray.head, f"a-{repeat}"))
     times["a_norestart"].append(ray_noop_up(lab, ray.head, f"a1-{repeat}", restart=False))
@@ -888,10 +892,6 @@ def report_noop(found: dict[str, Any]) -> None:
     rows = [
         ["`launcher up -y` (CLI subprocess, no-op)", f"{cli:.2f} s", "1.00x"],
         ["the same `up` in-process (no interpreter start)", f"{median(times['inproc']):.2f} s", ""],
-        *(
-            [f"in-process, {LABELS[k]} (what-if)", f"{median(times[k]):.2f} s", ""]
-            for k in WHAT_IFS
-        ),
     ]
     for key, label in (
         ("ray_cli", "(C) `ray up -y`, Ray's CLI, no-op, cold SSH master"),

@@ -116,12 +116,18 @@ def ensure_daemon(session: HeadSession, spec: AutoscalerSpec, python: str) -> st
     return "restarted" if running else "started"
 
 
+# The autoscaler exits once the cloud has answered its launches in flight. Killed in the
+# middle of one, it would let the cloud make instances after `down` has listed the nodes:
+# so it is given as long as one call may take (the SDKs' read timeouts are about a minute).
+STOP_WAIT_S = 90
+
+
 def stop_daemon(session: HeadSession) -> bool:
     """Stop the autoscaler and wait for it to exit. Returns whether one was running."""
     stop = (
         f"test -f {PID_FILE} || exit 3; pid=$(cat {PID_FILE}); kill $pid 2>/dev/null || exit 3; "
-        "for i in $(seq 50); do kill -0 $pid 2>/dev/null || exit 0; sleep 0.1; done; "
-        "kill -9 $pid 2>/dev/null; exit 0"
+        f"for i in $(seq {STOP_WAIT_S * 10}); do kill -0 $pid 2>/dev/null || exit 0; "
+        "sleep 0.1; done; kill -9 $pid 2>/dev/null; exit 0"
     )
     return session.runner.run(stop, session.env).exit_code == 0
 

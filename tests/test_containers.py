@@ -580,7 +580,7 @@ head_start_ray_commands:
 
 
 @needs_sshd
-def test_mounts_and_setup_go_into_the_container_and_a_new_image_replaces_it(
+def test_mounts_and_setup_go_into_the_container_and_a_new_image_replaces_it(  # noqa: PLR0915
     tmp_path: Path,
 ) -> None:
     key = make_key(tmp_path / "id_ed25519")

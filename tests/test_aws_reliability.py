@@ -94,10 +94,11 @@ THROTTLED["sts"] = THROTTLED["iam"]
 class Run:
     """One randomized run: how `up` is interrupted, and what happens around it.
 
-    mode: "signal-after" (`signal` after `delay_s`), "signal-at-call" (`signal` when `up`
+    mode: "signal-after" (`signal` after `delay_s`); "signal-at-call" (`signal` when `up`
     makes a call: the one at `at` (0..1) in the calls a whole `up` made, as "the n-th call
-    of its action"), "error-at-call" (that call is refused as unauthorized), "throttled"
-    (that call and every later one are throttled, then `signal` after `delay_s`)."""
+    of its action", or `target`; AWS acts on it `slow_s` after the signal, so its answer is
+    lost); "error-at-call" (that call is refused as unauthorized); "throttled" (that call
+    and every later one are throttled, then `signal` after `delay_s`)."""
 
     index: int
     mode: str
@@ -107,6 +108,7 @@ class Run:
     cache_stopped: bool
     second_up: bool
     target: tuple[str, int] | None = None  # the call, instead of the one `at` picks
+    slow_s: float = 0.0  # signal-at-call: AWS acts on that call this long after the signal
 
     @property
     def name(self) -> str:
@@ -117,7 +119,8 @@ class Run:
         call = f"{action} call #{nth + 1}"
         what = {
             "signal-after": f"{self.signal} after {self.delay_s:.2f} s",
-            "signal-at-call": f"{self.signal} at its {call}",
+            "signal-at-call": f"{self.signal} at its {call}"
+            + (f", which AWS carries out {self.slow_s:.1f} s later" if self.slow_s else ""),
             "error-at-call": f"AWS refuses its {call}",
             "throttled": f"throttled from its {call} on, {self.signal} after {self.delay_s:.2f} s",
         }[self.mode]
@@ -169,6 +172,7 @@ def plan_run(index: int) -> Run:
             cache_stopped=rng.random() < 0.35,
             second_up=True,
             target=(CREATING[index], 0),
+            slow_s=rng.choice((0.0, rng.uniform(1.0, 4.0))),
         )
     mode = rng.choices(
         ("signal-after", "signal-at-call", "error-at-call", "throttled"), (3, 3, 3, 1)
@@ -181,6 +185,7 @@ def plan_run(index: int) -> Run:
         at=rng.random(),
         cache_stopped=rng.random() < 0.35,
         second_up=rng.random() < 0.4,
+        slow_s=rng.uniform(1.0, 4.0) if rng.random() < 0.3 else 0.0,
     )
 
 
@@ -193,10 +198,14 @@ class Finished:
     returncode: int
     stdout: str
     stderr: str
+    seconds: float
 
     @property
     def output(self) -> str:
-        return f"$ launcher {' '.join(self.args)} -> {self.returncode}\n{self.stdout}{self.stderr}"
+        return (
+            f"$ launcher {' '.join(self.args)} -> {self.returncode} ({self.seconds:.1f} s)\n"
+            f"{self.stdout}{self.stderr}"
+        )
 
 
 class Launcher:
@@ -205,6 +214,7 @@ class Launcher:
 
     def __init__(self, env: dict[str, str], tmp: Path, args: tuple[str, ...]) -> None:
         self.args = args
+        self.started = time.monotonic()
         self._out = (tmp / "out").open("w+")
         self._err = (tmp / "err").open("w+")
         self.process = subprocess.Popen(
@@ -241,7 +251,11 @@ class Launcher:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
         stdout, stderr = self._read()
-        return Finished(self.args, code, stdout, stderr)
+        return Finished(self.args, code, stdout, stderr, time.monotonic() - self.started)
+
+    def peek(self) -> str:
+        """What it has written so far."""
+        return "".join(self._read())
 
     def _read(self) -> tuple[str, str]:
         texts = []
@@ -342,9 +356,10 @@ def assert_unlocked(cloud: Cloud, cluster: str, monkeypatch: pytest.MonkeyPatch)
 
 
 def test_a_whole_up_and_down(cloud: Cloud) -> None:
-    """The baseline: an uninterrupted `up` (whose AWS calls the runs count to pick the k-th
-    one), a second `up` that creates nothing, and `down`."""
-    path = str(cloud.config("base", cache_stopped=False))
+    """The baseline: an uninterrupted `up` (whose AWS calls the runs pick theirs from), a
+    second `up` that creates nothing, and `down`. With cache_stopped_nodes, the worker's
+    failed first start makes the head's autoscaler stop it and start it again."""
+    path = str(cloud.config("base", cache_stopped=True))
     up = cloud.run("base-up", "up", "-y", path)
     clean(up)
     assert up.returncode == 0, up.output
@@ -352,6 +367,8 @@ def test_a_whole_up_and_down(cloud: Cloud) -> None:
     assert {"ImportKeyPair", "RunInstances", "CreateTags"} <= set(cloud.baseline)
     kinds = sorted(i.tags["launcher-node-kind"] for i in cloud.instances("base"))
     assert kinds == ["head", "worker"]
+    by_head = {c.action for c in cloud.server.calls() if (c.call.origin or "")[:2] == "i-"}
+    assert {"StopInstances", "StartInstances"} <= by_head, by_head
     again = cloud.run("base-up2", "up", "-y", path)
     assert again.returncode == 0, again.output
     assert len(cloud.instances("base", ())) == 2
@@ -376,7 +393,7 @@ def check_run(cloud: Cloud, run: Run, monkeypatch: pytest.MonkeyPatch) -> Finish
     path = str(cloud.config(run.name, run.cache_stopped))
     notes = [story]
     try:
-        up = interrupt_up(cloud, run, path)
+        up, target = interrupt_up(cloud, run, path)
         notes.append(up.output)
         clean(up)
         assert up.returncode in expected_codes(run), "unexpected exit code of up"
@@ -400,6 +417,7 @@ def check_run(cloud: Cloud, run: Run, monkeypatch: pytest.MonkeyPatch) -> Finish
             left = cloud.instances(run.name)
             verdict = "fixed it" if again.returncode == 0 and not left else "did not fix it"
             raise AssertionError(f"down failed (BUG); a second down {verdict}; left: {left}")
+        target.wait_carried_out(cloud.server)  # whatever it makes, it makes by now
         left = cloud.instances(run.name)
         assert left == [], f"instances left after down: {left}"
         print(f"{story}: up exited {up.returncode}; nothing left after down")
@@ -453,9 +471,17 @@ class Target:
     def reached(self, call: Call) -> bool:
         return call.origin == self.origin and self.seq is not None and call.seq >= self.seq
 
+    def wait_carried_out(self, server: MotoServer, timeout_s: float = 60.0) -> None:
+        """Return once the server has answered the call (if it was made at all)."""
+        deadline = time.monotonic() + timeout_s
+        while self.seq is not None and not any(c.call.seq == self.seq for c in server.calls()):
+            assert time.monotonic() < deadline, f"call {self.seq} never carried out"
+            time.sleep(0.1)
 
-def interrupt_up(cloud: Cloud, run: Run, path: str) -> Finished:
-    """Start `up` and interrupt it as `run` says; returns how it ended."""
+
+def interrupt_up(cloud: Cloud, run: Run, path: str) -> tuple[Finished, Target]:
+    """Start `up` and interrupt it as `run` says; returns how it ended, and the call the
+    interruption was tied to (which AWS may still be carrying out)."""
     origin = run.name
     target = Target(cloud.server, origin, *run.call(cloud.baseline))
     started = threading.Event()
@@ -468,6 +494,8 @@ def interrupt_up(cloud: Cloud, run: Run, path: str) -> Finished:
     faults = cloud.server.faults
     if run.mode == "signal-at-call":
         faults.add("*", when=target.hit, effect=send)
+        if run.slow_s:  # after the signal: the caller is gone when AWS acts on the call
+            faults.add("*", when=target.hit, delay=run.slow_s)
     elif run.mode in ("error-at-call", "throttled"):
         errors, when = (
             (DENIED, target.hit) if run.mode == "error-at-call" else (THROTTLED, target.reached)
@@ -483,5 +511,94 @@ def interrupt_up(cloud: Cloud, run: Run, path: str) -> Finished:
         except subprocess.TimeoutExpired:
             launcher.send(run.signal)
     finished = launcher.wait()
-    faults.clear()
-    return finished
+    faults.clear()  # a call being slowed down is slowed down still
+    return finished, target
+
+
+def test_down_while_the_head_is_launching_a_worker(cloud: Cloud) -> None:
+    """`down` stops the autoscaler while AWS takes its time (8 s) to answer the autoscaler's
+    RunInstances for min_workers: the worker is made after `down` first listed the nodes,
+    and must not be left (it was, while `down` killed an autoscaler that had not exited
+    within 5 s)."""
+    name = "race"
+    path = str(cloud.config(name, cache_stopped=False))
+    launching = threading.Event()
+
+    def by_the_head(call: Call) -> bool:  # the cluster's tag, with the head's credentials
+        return (call.origin or "").startswith("i-") and name in call.params.values()
+
+    def answered() -> bool:
+        return any(by_the_head(c.call) for c in cloud.server.calls("RunInstances"))
+
+    faults = cloud.server.faults
+    faults.add("RunInstances", when=by_the_head, times=1, effect=lambda c: launching.set())
+    faults.add("RunInstances", when=by_the_head, times=1, delay=8.0)
+    try:
+        up = cloud.run(f"{name}-up", "up", "-y", "--no-wait", path)
+        assert up.returncode == 0, up.output
+        assert launching.wait(60), "the head's autoscaler launched no worker"
+        down = cloud.run(f"{name}-down", "down", "-y", path)
+        assert down.returncode == 0, down.output
+        deadline = time.monotonic() + 30
+        while not answered() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert answered(), "the autoscaler's launch was never answered"
+        left = cloud.instances(name)
+        assert left == [], f"instances left after down: {left}\n{down.output}"
+    finally:
+        cloud.server.faults.clear()
+
+
+@pytest.mark.parametrize("then", ["down", "up"])
+def test_up_killed_while_aws_launches_its_head(
+    cloud: Cloud, then: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`up` is killed while AWS takes 3 s to carry out its RunInstances for the head, and
+    the user runs `down` (or `up`) at once: before any listing shows that head. `down` said
+    "Nothing to take down" and left it running; `up` made a second head."""
+    run = Run(
+        index=100 if then == "down" else 101,
+        mode="signal-at-call",
+        signal="SIGKILL",
+        delay_s=0.0,
+        at=0.0,
+        cache_stopped=False,
+        second_up=then == "up",
+        target=("RunInstances", 0),
+        slow_s=3.0,
+    )
+    up = check_run(cloud, run, monkeypatch)
+    assert up.returncode == -signal.SIGKILL, up.output
+    heads = [i for i in cloud.instances(run.name, ()) if is_head(i)]
+    assert len(heads) == 1, heads
+
+
+def test_down_waits_for_a_running_up_and_goes_on_when_it_is_killed(cloud: Cloud) -> None:
+    """The cluster lock: `down` waits while `up` holds it (up is stuck on a slow AWS call
+    after launching its head), and takes over as soon as `up` is killed."""
+    name = "locked"
+    path = str(cloud.config(name, cache_stopped=False))
+    origin = f"{name}-up"
+    stuck = threading.Event()
+    faults = cloud.server.faults
+    slow = {"when": lambda c: c.origin == origin, "times": 1}
+    faults.add("CreateTags", effect=lambda c: stuck.set(), **slow)
+    faults.add("CreateTags", delay=30.0, **slow)
+    try:
+        up = cloud.start(origin, "up", "-y", path)
+        assert stuck.wait(60), "up never tagged its head"
+        down = cloud.start(f"{name}-down", "down", "-y", path)
+        deadline = time.monotonic() + 60
+        while "busy" not in down.peek():
+            assert down.process.poll() is None, down.peek()
+            assert time.monotonic() < deadline, f"down did not wait for up: {down.peek()}"
+            time.sleep(0.1)
+        assert f"launcher up by pid {up.process.pid}" in down.peek()
+        up.send("SIGKILL")
+        assert up.wait().returncode == -signal.SIGKILL
+        finished = down.wait()
+        assert finished.returncode == 0, finished.output
+        assert "Terminated 1 node(s)" in finished.stdout, finished.output
+        assert cloud.instances(name) == []
+    finally:
+        faults.clear()

@@ -9,6 +9,10 @@ setup status and hashes), so any laptop, or the head, recovers the cluster by li
   fallbacks. Each RunInstances carries a client token, so a retried call never launches
   twice. Throttling is retried with jitter by botocore (`clients`).
 - A worker AWS reclaims (spot) is listed as PREEMPTED until the autoscaler has answered it.
+- A launch sent from the user's machine whose answer never came back (an interrupted `up`)
+  is sent again, same client token, by the next command that lists the cluster (`sent`):
+  what it made is then known before any listing shows it, so `up` never makes a second
+  head and `down` leaves nothing behind.
 - `cache_stopped_nodes`: workers the autoscaler removes are stopped, and started again for a
   later launch of the same type and node_config. `down` (from the user's machine)
   terminates every instance of the cluster, stopped ones included, and checks by listing.
@@ -17,6 +21,7 @@ setup status and hashes), so any laptop, or the head, recovers the cluster by li
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 import uuid
@@ -26,11 +31,12 @@ from typing import Any
 
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ProviderError
-from launcher.providers.aws import iam, keys, network
+from launcher.providers.aws import iam, keys, network, sent
 from launcher.providers.aws.bootstrap import Resolved, group_name, own_key_name, resolve
 from launcher.providers.aws.clients import (
     AwsClients,
     boto_errors,
+    error_code,
     error_message,
     is_capacity,
     retry_throttled,
@@ -65,6 +71,10 @@ PUBLIC_IP_WAIT_S = 180.0
 PROFILE_RETRIES = 8  # a new head instance profile takes a while to be usable
 TERMINATE_WAIT_S = 600.0  # `down --purge` waits this long for instances to be gone
 ALL_STATES = ("pending", "running", "stopping", "stopped", "shutting-down", "terminated")
+# Refusals of a launch sent again (see `sent`) that say nothing about what the first one made.
+UNSETTLED_CODES = frozenset(
+    {"UnauthorizedOperation", "AuthFailure", "RequestExpired", "Blocked", "OptInRequired"}
+)
 
 
 class AwsProvider(NodeProvider):
@@ -83,6 +93,8 @@ class AwsProvider(NodeProvider):
         self._lock = threading.Lock()
         self._acknowledged: set[str] = set()  # reclaimed workers already answered
         self._private_ips: dict[str, str] = {}
+        # Instances of launches sent again (`sent`), until a listing shows them.
+        self._unlisted: dict[str, dict[str, Any]] = {}
         key = config.auth.ssh_private_key
         name = own_key_name(config)
         self._key = key if key else (str(keys.key_path(name)) if name else None)
@@ -131,8 +143,14 @@ class AwsProvider(NodeProvider):
             raise ProviderError(f"cannot list instances: {error_message(exc)}") from exc
 
     def nodes(self) -> list[Node]:
+        self._settle_sent()
+        listed = list(self._instances(ALL_STATES))
+        with self._lock:
+            for instance in listed:
+                self._unlisted.pop(instance["InstanceId"], None)
+            unlisted = list(self._unlisted.values())
         found: list[Node] = []
-        for instance in self._instances(ALL_STATES):
+        for instance in listed + unlisted:
             node = to_node(instance, self.private, self._acknowledged)
             if node is None:
                 continue
@@ -140,6 +158,29 @@ class AwsProvider(NodeProvider):
                 self._private_ips[node.id] = str(instance["PrivateIpAddress"])
             found.append(node)
         return found
+
+    def _settle_sent(self) -> None:
+        """Send once more the launches sent earlier from this machine and never answered:
+        EC2 answers with what they made (`sent`)."""
+        if self.on_head:
+            return
+        for launch in sent.unanswered(self.cluster_name):
+            again = functools.partial(self.clients.ec2_launch.run_instances, **launch.request)
+            try:
+                reply = retry_throttled(again)
+            except boto_errors() as exc:
+                if error_code(exc) and error_code(exc) not in UNSETTLED_CODES:
+                    sent.forget(launch.path)  # refused: the first one made nothing either
+                    continue
+                raise ProviderError(
+                    f"cannot learn what a launch sent at {launch.when}, whose answer was "
+                    f"lost, made: {error_message(exc)}; run the command again"
+                ) from exc
+            tags = [{"Key": k, "Value": v} for k, v in sent.instance_tags(launch.request).items()]
+            with self._lock:
+                for instance in reply["Instances"]:
+                    self._unlisted[instance["InstanceId"]] = {**instance, "Tags": tags}
+            sent.forget(launch.path)
 
     def zones(self, node_type: NodeType) -> tuple[str, ...]:
         context = self.resolved().contexts.get(node_type.name)
@@ -203,6 +244,9 @@ class AwsProvider(NodeProvider):
             {TAG_CLUSTER: self.cluster_name},
             client_token=uuid.uuid4().hex,
         )
+        # Written down until answered: if this command dies meanwhile, the next one learns
+        # what the launch made by sending it again.
+        record = None if self.on_head else sent.record(self.cluster_name, request)
         for attempt in range(PROFILE_RETRIES + 1):
             try:
                 reply = retry_throttled(lambda: self.clients.ec2_launch.run_instances(**request))
@@ -211,6 +255,8 @@ class AwsProvider(NodeProvider):
                 if attempt < PROFILE_RETRIES and iam.is_profile_not_ready(exc):
                     iam.wait_between_profile_retries(attempt)
                     continue
+                if error_code(exc):  # refused, so nothing was made
+                    sent.forget(record)
                 if is_capacity(exc):
                     raise CapacityError(
                         node_type.name, (placement.zone,), error_message(exc)
@@ -219,6 +265,7 @@ class AwsProvider(NodeProvider):
                     f"{node_type.name}: launch in {placement.zone} ({placement.subnet_id}) "
                     f"refused: {error_message(exc)}"
                 ) from exc
+        sent.forget(record)
         nodes = []
         for launched in reply["Instances"]:
             # RunInstances may answer before the tags are readable back: use ours.
@@ -315,6 +362,9 @@ class AwsProvider(NodeProvider):
         except boto_errors() as exc:
             raise ProviderError(f"cannot terminate {', '.join(ids)}: {error_message(exc)}") from exc
         self._acknowledged.update(ids)
+        with self._lock:
+            for node_id in ids:
+                self._unlisted.pop(node_id, None)
 
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
         try:

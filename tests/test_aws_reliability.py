@@ -602,3 +602,70 @@ def test_down_waits_for_a_running_up_and_goes_on_when_it_is_killed(cloud: Cloud)
         assert cloud.instances(name) == []
     finally:
         faults.clear()
+
+
+# -- every call refused, at the provider's level ----------------------------------------------
+
+
+def provider_flow(cloud: Cloud, name: str, clients: Any) -> None:
+    """What `up`, the head's autoscaler (stopping a worker, starting it again) and
+    `down --purge` ask of the provider, in-process, through `clients` (made once: making
+    boto3 clients is most of the time otherwise)."""
+    from launcher.config.loader import Overrides, parse_config
+    from launcher.providers.aws.provider import AwsProvider
+    from launcher.providers.base import TAG_STATUS, NodeKind
+
+    path = cloud.config(name, cache_stopped=True)
+    config = parse_config(path.read_text(), str(path), Overrides())
+    new = {TAG_STATUS: "uninitialized"}
+    laptop = AwsProvider(config)
+    on_head = AwsProvider(config, on_head=True)
+    laptop.clients = on_head.clients = clients
+    laptop.bootstrap()
+    (head,) = laptop.create_nodes(config.head_type, NodeKind.HEAD, 1, new)
+    laptop.set_tags(head.id, {TAG_STATUS: "up-to-date"})
+    on_head.bootstrap()
+    worker_type = config.node_types["worker"]
+    (worker,) = on_head.create_nodes(worker_type, NodeKind.WORKER, 1, new)
+    on_head.terminate_nodes([worker.id])  # stopped: cache_stopped_nodes
+    on_head.create_nodes(worker_type, NodeKind.WORKER, 1, new)  # started again
+    on_head.terminate_nodes([worker.id])
+    assert {n.id for n in laptop.nodes()} == {head.id}
+    laptop.terminate_nodes([head.id])
+    laptop.cleanup(purge=True)
+
+
+def test_every_refused_call_is_one_clear_error(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each AWS call the provider makes, refused (UnauthorizedOperation, AccessDenied):
+    a LauncherError (one line for the user), never another exception (an "internal error"
+    with a traceback). DescribeVpcs, and DescribeSecurityGroups on the head, raised
+    botocore's ClientError."""
+    from launcher.errors import LauncherError
+    from launcher.providers.aws.clients import AwsClients
+
+    for name, value in cloud.env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_SDK_UA_APP_ID", "flow")
+    clients = AwsClients(cloud.server.region)
+    first = len(cloud.server.calls())
+    provider_flow(cloud, "flow", clients)
+    calls = [str(c.action) for c in cloud.server.calls()[first:] if c.call.origin == "flow"]
+    wanted = sorted({(action, calls[:n].count(action)) for n, action in enumerate(calls)})
+    escaped = []
+    for number, (action, nth) in enumerate(wanted):
+        target = Target(cloud.server, "flow", action, nth)  # counts from now on
+        for service, (code, status) in DENIED.items():
+            cloud.server.faults.add("*", code, status=status, service=service, when=target.hit)
+        try:
+            provider_flow(cloud, f"flow{number}", clients)
+        except LauncherError:
+            pass
+        except Exception as exc:
+            escaped.append(f"{action} #{nth + 1}: {type(exc).__name__}: {exc}")
+        finally:
+            cloud.server.faults.clear()
+        assert target.seq is not None, f"{action} #{nth + 1} was never made"
+    assert len(wanted) > 30
+    assert not escaped, "\n".join(escaped)

@@ -69,7 +69,10 @@ def placements(subnets: Iterable[Subnet]) -> tuple[Placement, ...]:
 
 
 def vpc_cidrs(clients: AwsClients, vpc_id: str) -> list[str]:
-    vpc = clients.ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]
+    try:
+        vpc = clients.ec2.describe_vpcs(VpcIds=[vpc_id])["Vpcs"][0]
+    except boto_errors() as exc:
+        raise ProviderError(f"cannot read VPC {vpc_id}: {error_message(exc)}") from exc
     blocks = [b["CidrBlock"] for b in vpc.get("CidrBlockAssociationSet", ())]
     return blocks or [vpc["CidrBlock"]]
 
@@ -133,12 +136,15 @@ def missing_rules(
 
 
 def find_group(clients: AwsClients, name: str, vpc_id: str) -> dict[str, Any] | None:
-    groups = clients.ec2.describe_security_groups(
-        Filters=[
-            {"Name": "group-name", "Values": [name]},
-            {"Name": "vpc-id", "Values": [vpc_id]},
-        ]
-    )["SecurityGroups"]
+    try:
+        groups = clients.ec2.describe_security_groups(
+            Filters=[
+                {"Name": "group-name", "Values": [name]},
+                {"Name": "vpc-id", "Values": [vpc_id]},
+            ]
+        )["SecurityGroups"]
+    except boto_errors() as exc:
+        raise ProviderError(f"cannot read security group {name}: {error_message(exc)}") from exc
     return dict(groups[0]) if groups else None
 
 

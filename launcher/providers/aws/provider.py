@@ -450,9 +450,13 @@ class AwsProvider(NodeProvider):
         """Remove the shared bootstrap resources too (key pair, security group, IAM)."""
         self._wait_terminated()
         removed: list[str] = []
-        for interface in self._own_interfaces():
-            self.clients.ec2.delete_network_interface(NetworkInterfaceId=interface)
-            removed.append(f"network interface {interface}")
+        try:
+            for interface in self._own_interfaces():
+                self.clients.ec2.delete_network_interface(NetworkInterfaceId=interface)
+                removed.append(f"network interface {interface}")
+        except boto_errors() as exc:
+            message = error_message(exc)
+            raise ProviderError(f"cannot remove network interfaces: {message}") from exc
         removed += network.delete_groups(self.clients, group_name(self.config), self.cluster_name)
         key_name = own_key_name(self.config)
         if key_name:

@@ -1,7 +1,9 @@
 """Issue 6's reliability requirement on AWS: after `down`, no instance of the cluster is left,
 in every one of a few dozen randomized runs that interrupt `up` at a random point (SIGINT or
 SIGKILL after a random delay or at its k-th AWS call, an AWS error at its k-th call, or
-throttling until the user gives up); a second `up` never creates a second head.
+throttling until the user gives up); a second `up` never creates a second head. Some runs
+let AWS carry out the interrupted call after its caller is gone, or list new instances only
+seconds after their launch (EC2's eventual consistency).
 
 The launcher CLI runs as a subprocess against moto's EC2/IAM server (tests/aws_fake.py), where
 each instance in a loopback VPC is a real SSH host, and the autoscaler on the head launches a
@@ -45,7 +47,7 @@ pytestmark = pytest.mark.skipif(
 SEED = int(
     os.environ.get("LAUNCHER_RELIABILITY_SEED") or random.SystemRandom().randrange(1_000_000)
 )
-RUNS = int(os.environ.get("LAUNCHER_RELIABILITY_RUNS") or 24)
+RUNS = int(os.environ.get("LAUNCHER_RELIABILITY_RUNS") or 20)
 LIVE = ("pending", "running", "stopping", "stopped")
 COMMAND_TIMEOUT_S = 180.0  # a command taking longer than this has hung
 
@@ -109,6 +111,7 @@ class Run:
     second_up: bool
     target: tuple[str, int] | None = None  # the call, instead of the one `at` picks
     slow_s: float = 0.0  # signal-at-call: AWS acts on that call this long after the signal
+    lag_s: float = 0.0  # new instances are missing from DescribeInstances this long
 
     @property
     def name(self) -> str:
@@ -125,6 +128,7 @@ class Run:
             "throttled": f"throttled from its {call} on, {self.signal} after {self.delay_s:.2f} s",
         }[self.mode]
         extra = [
+            f"instances listed {self.lag_s:.1f} s after launch" if self.lag_s else "",
             "cache_stopped_nodes" if self.cache_stopped else "",
             "second up" if self.second_up else "",
         ]
@@ -186,6 +190,7 @@ def plan_run(index: int) -> Run:
         cache_stopped=rng.random() < 0.35,
         second_up=rng.random() < 0.4,
         slow_s=rng.uniform(1.0, 4.0) if rng.random() < 0.3 else 0.0,
+        lag_s=rng.uniform(1.0, 4.0) if rng.random() < 0.25 else 0.0,
     )
 
 
@@ -392,6 +397,7 @@ def check_run(cloud: Cloud, run: Run, monkeypatch: pytest.MonkeyPatch) -> Finish
     story = run.describe(cloud.baseline)
     path = str(cloud.config(run.name, run.cache_stopped))
     notes = [story]
+    cloud.server.describe_lag = run.lag_s
     try:
         up, target = interrupt_up(cloud, run, path)
         notes.append(up.output)
@@ -420,12 +426,14 @@ def check_run(cloud: Cloud, run: Run, monkeypatch: pytest.MonkeyPatch) -> Finish
         target.wait_carried_out(cloud.server)  # whatever it makes, it makes by now
         left = cloud.instances(run.name)
         assert left == [], f"instances left after down: {left}"
-        print(f"{story}: up exited {up.returncode}; nothing left after down")
+        times = ", ".join(n.splitlines()[0].split(" -> ")[1] for n in notes[1:])
+        print(f"{story}: nothing left after down; exits and times: {times}")
         assert not cloud.hosts.outside, f"instances outside the loopback VPC: {cloud.hosts.outside}"
     except AssertionError as exc:
         raise AssertionError("\n".join([str(exc), *notes])) from None
     finally:
         cloud.server.faults.clear()
+        cloud.server.describe_lag = 0.0
     return up
 
 
@@ -549,23 +557,29 @@ def test_down_while_the_head_is_launching_a_worker(cloud: Cloud) -> None:
         cloud.server.faults.clear()
 
 
-@pytest.mark.parametrize("then", ["down", "up"])
-def test_up_killed_while_aws_launches_its_head(
-    cloud: Cloud, then: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("then", "where"),
+    [("down", "in flight"), ("up", "in flight"), ("down", "unlisted"), ("up", "unlisted")],
+)
+def test_up_killed_around_its_head_launch(
+    cloud: Cloud, then: str, where: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`up` is killed while AWS takes 3 s to carry out its RunInstances for the head, and
-    the user runs `down` (or `up`) at once: before any listing shows that head. `down` said
-    "Nothing to take down" and left it running; `up` made a second head."""
+    """`up` is killed while AWS takes 3 s to carry out its RunInstances for the head ("in
+    flight"), or just after AWS answered it while DescribeInstances does not list the new
+    head for 4 s ("unlisted", EC2's eventual consistency); the user runs `down` (or `up`)
+    at once, before any listing shows that head. `down` said "Nothing to take down" and left
+    the head running; `up` made a second head."""
     run = Run(
-        index=100 if then == "down" else 101,
+        index=100 + 2 * (where == "unlisted") + (then == "up"),
         mode="signal-at-call",
         signal="SIGKILL",
         delay_s=0.0,
         at=0.0,
         cache_stopped=False,
         second_up=then == "up",
-        target=("RunInstances", 0),
-        slow_s=3.0,
+        target=("RunInstances", 0) if where == "in flight" else ("CreateTags", 0),
+        slow_s=3.0 if where == "in flight" else 0.0,
+        lag_s=0.0 if where == "in flight" else 4.0,
     )
     up = check_run(cloud, run, monkeypatch)
     assert up.returncode == -signal.SIGKILL, up.output

@@ -9,10 +9,10 @@ setup status and hashes), so any laptop, or the head, recovers the cluster by li
   fallbacks. Each RunInstances carries a client token, so a retried call never launches
   twice. Throttling is retried with jitter by botocore (`clients`).
 - A worker AWS reclaims (spot) is listed as PREEMPTED until the autoscaler has answered it.
-- A launch sent from the user's machine whose answer never came back (an interrupted `up`)
-  is sent again, same client token, by the next command that lists the cluster (`sent`):
-  what it made is then known before any listing shows it, so `up` never makes a second
-  head and `down` leaves nothing behind.
+- Launches from the user's machine are written down until a listing shows what they made
+  (`sent`); one whose answer never came back (an interrupted `up`) is sent again, same
+  client token, by the next command. Their instances are nodes before any listing shows
+  them, so `up` never makes a second head and `down` leaves nothing behind.
 - `cache_stopped_nodes`: workers the autoscaler removes are stopped, and started again for a
   later launch of the same type and node_config. `down` (from the user's machine)
   terminates every instance of the cluster, stopped ones included, and checks by listing.
@@ -93,8 +93,9 @@ class AwsProvider(NodeProvider):
         self._lock = threading.Lock()
         self._acknowledged: set[str] = set()  # reclaimed workers already answered
         self._private_ips: dict[str, str] = {}
-        # Instances of launches sent again (`sent`), until a listing shows them.
+        # Instances launched from this machine (`sent`), until a listing shows them.
         self._unlisted: dict[str, dict[str, Any]] = {}
+        self._gone: set[str] = set()  # terminated (or stopped) by this provider
         key = config.auth.ssh_private_key
         name = own_key_name(config)
         self._key = key if key else (str(keys.key_path(name)) if name else None)
@@ -143,12 +144,18 @@ class AwsProvider(NodeProvider):
             raise ProviderError(f"cannot list instances: {error_message(exc)}") from exc
 
     def nodes(self) -> list[Node]:
-        self._settle_sent()
+        launches = self._sent_launches()
         listed = list(self._instances(ALL_STATES))
+        listed_ids = {str(i["InstanceId"]) for i in listed}
         with self._lock:
-            for instance in listed:
-                self._unlisted.pop(instance["InstanceId"], None)
-            unlisted = list(self._unlisted.values())
+            for launch, instances in launches:
+                if {i["InstanceId"] for i in instances} <= listed_ids:
+                    sent.forget(launch.path)  # listed now: no longer needed
+                for instance in instances:
+                    self._unlisted.setdefault(instance["InstanceId"], instance)
+            for instance_id in listed_ids:
+                self._unlisted.pop(instance_id, None)
+            unlisted = [i for key, i in self._unlisted.items() if key not in self._gone]
         found: list[Node] = []
         for instance in listed + unlisted:
             node = to_node(instance, self.private, self._acknowledged)
@@ -159,28 +166,31 @@ class AwsProvider(NodeProvider):
             found.append(node)
         return found
 
-    def _settle_sent(self) -> None:
-        """Send once more the launches sent earlier from this machine and never answered:
-        EC2 answers with what they made (`sent`)."""
+    def _sent_launches(self) -> list[tuple[sent.SentLaunch, list[dict[str, Any]]]]:
+        """The launches sent from this machine that no listing has shown yet (`sent`), with
+        their instances. Those never answered are sent once more: EC2 answers with what
+        they made."""
         if self.on_head:
-            return
-        for launch in sent.unanswered(self.cluster_name):
-            again = functools.partial(self.clients.ec2_launch.run_instances, **launch.request)
-            try:
-                reply = retry_throttled(again)
-            except boto_errors() as exc:
-                if error_code(exc) and error_code(exc) not in UNSETTLED_CODES:
-                    sent.forget(launch.path)  # refused: the first one made nothing either
-                    continue
-                raise ProviderError(
-                    f"cannot learn what a launch sent at {launch.when}, whose answer was "
-                    f"lost, made: {error_message(exc)}; run the command again"
-                ) from exc
-            tags = [{"Key": k, "Value": v} for k, v in sent.instance_tags(launch.request).items()]
-            with self._lock:
-                for instance in reply["Instances"]:
-                    self._unlisted[instance["InstanceId"]] = {**instance, "Tags": tags}
-            sent.forget(launch.path)
+            return []
+        found = []
+        for launch in sent.pending(self.cluster_name):
+            made = launch.instances
+            if made is None:
+                again = functools.partial(self.clients.ec2_launch.run_instances, **launch.request)
+                try:
+                    made = tuple(retry_throttled(again)["Instances"])
+                except boto_errors() as exc:
+                    if error_code(exc) and error_code(exc) not in UNSETTLED_CODES:
+                        sent.forget(launch.path)  # refused: the first one made nothing either
+                        continue
+                    raise ProviderError(
+                        f"cannot learn what a launch sent at {launch.when}, whose answer was "
+                        f"lost, made: {error_message(exc)}; run the command again"
+                    ) from exc
+                sent.answered(launch.path, made)
+            restored = [sent.restored(sent.portable(i), launch.request) for i in made]
+            found.append((launch, restored))
+        return found
 
     def zones(self, node_type: NodeType) -> tuple[str, ...]:
         context = self.resolved().contexts.get(node_type.name)
@@ -265,7 +275,7 @@ class AwsProvider(NodeProvider):
                     f"{node_type.name}: launch in {placement.zone} ({placement.subnet_id}) "
                     f"refused: {error_message(exc)}"
                 ) from exc
-        sent.forget(record)
+        sent.answered(record, reply["Instances"])
         nodes = []
         for launched in reply["Instances"]:
             # RunInstances may answer before the tags are readable back: use ours.
@@ -275,6 +285,9 @@ class AwsProvider(NodeProvider):
                 nodes.append(node)
                 if instance.get("PrivateIpAddress"):
                     self._private_ips[node.id] = str(instance["PrivateIpAddress"])
+                if record is not None:  # listed as a node until a listing shows it
+                    with self._lock:
+                        self._unlisted[node.id] = instance
         return nodes
 
     def _restart_stopped(
@@ -363,14 +376,18 @@ class AwsProvider(NodeProvider):
             raise ProviderError(f"cannot terminate {', '.join(ids)}: {error_message(exc)}") from exc
         self._acknowledged.update(ids)
         with self._lock:
-            for node_id in ids:
-                self._unlisted.pop(node_id, None)
+            self._gone.update(ids)
 
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
         try:
             self._tag([node_id], tags)
         except boto_errors() as exc:
             raise ProviderError(f"cannot tag {node_id}: {error_message(exc)}") from exc
+        with self._lock:
+            if node_id in self._unlisted:  # not listed yet: keep its tags as they now are
+                instance = self._unlisted[node_id]
+                merged = {**tags_of(instance), **tags}
+                instance["Tags"] = [{"Key": k, "Value": v} for k, v in merged.items()]
 
     def _tag(self, ids: list[str], tags: Mapping[str, str]) -> None:
         self.clients.ec2.create_tags(

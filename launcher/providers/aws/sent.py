@@ -1,14 +1,19 @@
-"""Launches this machine sent to EC2 without seeing their answer: a small journal.
+"""Launches this machine sent to EC2 that no listing has shown yet: a small journal.
 
 A RunInstances whose answer never came back (the launcher was interrupted or killed while
-it was in flight, or the connection dropped) may still make instances, seconds later, which
-no listing shows yet. So before sending one, the provider writes the request, client token
-included, to `$LAUNCHER_HOME/clusters/NAME/aws-launches/`, and removes it once EC2 has
-answered. The next command that lists the cluster first sends each request left there once
-more: EC2 answers a repeated client token with the instances of the first request (making
-them only if the first never arrived), so what the lost request made becomes known either
-way. `up` then takes such a head as its own instead of launching a second one, and `down`
-terminates it.
+it was in flight, or the connection dropped) may still make instances, seconds later; and
+an answered one makes instances that DescribeInstances may not list for a while (EC2 is
+eventually consistent). Either way a command run right after would not see them: `down`
+would leave them running, `up` would make a second head. So before sending a launch, the
+provider writes the request, client token included, to
+`$LAUNCHER_HOME/clusters/NAME/aws-launches/`; adds the instances once EC2 answers; and
+removes the record once a listing shows them.
+
+A later command first sends each unanswered request once more: EC2 answers a repeated client
+token with the instances of the first request (making them only if the first never
+arrived), so what the lost request made becomes known either way. The instances of records
+are nodes of the cluster until a listing shows them: `up` takes such a head as its own,
+`down` terminates it.
 
 Pure file handling here; the provider sends the requests.
 """
@@ -18,14 +23,17 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from launcher.paths import cluster_dir
 
-MAX_AGE_S = 24 * 3600.0  # older requests are dropped unsent (EC2 forgets their tokens)
+UNANSWERED_MAX_AGE_S = 24 * 3600.0  # older requests are dropped unsent (EC2 forgets tokens)
+UNLISTED_MAX_AGE_S = 3600.0  # instances still not listed by then are not coming
+_KEPT = ("InstanceId", "PrivateIpAddress", "PublicIpAddress", "Placement", "InstanceLifecycle")
 
 
 @dataclass(frozen=True)
@@ -33,39 +41,81 @@ class SentLaunch:
     path: Path
     request: Mapping[str, Any]  # RunInstances' keyword arguments, ClientToken included
     sent_at: float  # time.time()
+    instances: tuple[Mapping[str, Any], ...] | None  # as EC2 answered; None: no answer yet
 
     @property
     def when(self) -> str:
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.sent_at))
+
+    @property
+    def instance_ids(self) -> set[str]:
+        return {str(i["InstanceId"]) for i in self.instances or ()}
 
 
 def journal_dir(cluster_name: str) -> Path:
     return cluster_dir(cluster_name) / "aws-launches"
 
 
+def _write(path: Path, data: Mapping[str, Any]) -> None:
+    """Replace `path` with `data`, whole (fsynced, renamed into place)."""
+    partial = path.with_suffix(".partial")
+    with partial.open("w") as out:
+        out.write(json.dumps(data))
+        out.flush()
+        os.fsync(out.fileno())
+    partial.replace(path)
+
+
 def record(cluster_name: str, request: Mapping[str, Any]) -> Path | None:
-    """Write `request` down (whole, on disk) before it is sent; None when it cannot be
-    (a request that is not plain JSON is sent unrecorded)."""
+    """Write `request` down before it is sent; None when it cannot be (a request that is
+    not plain JSON is sent unrecorded)."""
+    data = {"request": request, "sent_at": time.time(), "instances": None}
     try:
-        text = json.dumps({"request": request, "sent_at": time.time()})
+        json.dumps(data)
     except (TypeError, ValueError):
         return None
     directory = journal_dir(cluster_name)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{request['ClientToken']}.json"
-    partial = path.with_suffix(".partial")
-    with partial.open("w") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
-    partial.replace(path)
+    _write(path, data)
     return path
 
 
+def portable(instance: Mapping[str, Any]) -> dict[str, Any]:
+    kept = {key: instance[key] for key in _KEPT if key in instance}
+    launched = instance.get("LaunchTime")
+    if isinstance(launched, datetime):
+        kept["LaunchTime"] = launched.isoformat()
+    return kept
+
+
+def answered(path: Path | None, instances: Sequence[Mapping[str, Any]]) -> None:
+    """EC2 answered the request at `path` with `instances` (kept until listed)."""
+    if path is None or not path.exists():
+        return
+    data = json.loads(path.read_text())
+    if not instances:
+        forget(path)
+        return
+    data["instances"] = [portable(i) for i in instances]
+    _write(path, data)
+
+
 def forget(path: Path | None) -> None:
-    """EC2 answered the request at `path`."""
     if path is not None:
         path.unlink(missing_ok=True)
+
+
+def restored(instance: Mapping[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
+    """An instance of a record as DescribeInstances would show it just after launch."""
+    launched = instance.get("LaunchTime")
+    tags = instance_tags(request)
+    return {
+        **instance,
+        "State": {"Name": "pending"},
+        "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+        **({"LaunchTime": datetime.fromisoformat(launched)} if isinstance(launched, str) else {}),
+    }
 
 
 def instance_tags(request: Mapping[str, Any]) -> dict[str, str]:
@@ -78,9 +128,8 @@ def instance_tags(request: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-def unanswered(cluster_name: str, now: float | None = None) -> list[SentLaunch]:
-    """The requests sent and never answered, oldest first (too old or unreadable ones are
-    dropped)."""
+def pending(cluster_name: str, now: float | None = None) -> list[SentLaunch]:
+    """The recorded launches, oldest first (too old or unreadable records are dropped)."""
     directory = journal_dir(cluster_name)
     if not directory.is_dir():
         return []
@@ -89,11 +138,18 @@ def unanswered(cluster_name: str, now: float | None = None) -> list[SentLaunch]:
     for path in directory.glob("*.json"):
         try:
             data = json.loads(path.read_text())
-            launch = SentLaunch(path, dict(data["request"]), float(data["sent_at"]))
+            made = data["instances"]
+            launch = SentLaunch(
+                path,
+                dict(data["request"]),
+                float(data["sent_at"]),
+                None if made is None else tuple(dict(i) for i in made),
+            )
         except (OSError, ValueError, KeyError, TypeError):
             forget(path)
             continue
-        if now - launch.sent_at > MAX_AGE_S:
+        limit = UNANSWERED_MAX_AGE_S if launch.instances is None else UNLISTED_MAX_AGE_S
+        if now - launch.sent_at > limit:
             forget(path)
             continue
         found.append(launch)

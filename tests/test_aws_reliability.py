@@ -523,14 +523,15 @@ def interrupt_up(cloud: Cloud, run: Run, path: str) -> tuple[Finished, Target]:
     return finished, target
 
 
-def test_down_while_the_head_is_launching_a_worker(cloud: Cloud) -> None:
-    """`down` stops the autoscaler while AWS takes its time (8 s) to answer the autoscaler's
-    RunInstances for min_workers: the worker is made after `down` first listed the nodes,
-    and must not be left (it was, while `down` killed an autoscaler that had not exited
-    within 5 s)."""
-    name = "race"
+@pytest.mark.parametrize("where", ["in flight", "unlisted"])
+def test_down_while_the_head_is_launching_a_worker(cloud: Cloud, where: str) -> None:
+    """`down` stops the autoscaler while AWS takes 8 s to answer its RunInstances for
+    min_workers ("in flight"), or just after AWS answered it while DescribeInstances lists
+    the new worker only 4 s later ("unlisted"). The worker must not be left: it was, while
+    `down` killed an autoscaler that had not exited within 5 s, and while the autoscaler
+    exited before its new worker was listed."""
+    name = "race" if where == "in flight" else "race-lag"
     path = str(cloud.config(name, cache_stopped=False))
-    launching = threading.Event()
 
     def by_the_head(call: Call) -> bool:  # the cluster's tag, with the head's credentials
         return (call.origin or "").startswith("i-") and name in call.params.values()
@@ -538,13 +539,19 @@ def test_down_while_the_head_is_launching_a_worker(cloud: Cloud) -> None:
     def answered() -> bool:
         return any(by_the_head(c.call) for c in cloud.server.calls("RunInstances"))
 
+    launching = threading.Event()
     faults = cloud.server.faults
     faults.add("RunInstances", when=by_the_head, times=1, effect=lambda c: launching.set())
-    faults.add("RunInstances", when=by_the_head, times=1, delay=8.0)
+    if where == "in flight":
+        faults.add("RunInstances", when=by_the_head, times=1, delay=8.0)
+    else:
+        cloud.server.describe_lag = 4.0
     try:
         up = cloud.run(f"{name}-up", "up", "-y", "--no-wait", path)
         assert up.returncode == 0, up.output
         assert launching.wait(60), "the head's autoscaler launched no worker"
+        while where == "unlisted" and not answered():
+            time.sleep(0.05)
         down = cloud.run(f"{name}-down", "down", "-y", path)
         assert down.returncode == 0, down.output
         deadline = time.monotonic() + 30
@@ -555,6 +562,7 @@ def test_down_while_the_head_is_launching_a_worker(cloud: Cloud) -> None:
         assert left == [], f"instances left after down: {left}\n{down.output}"
     finally:
         cloud.server.faults.clear()
+        cloud.server.describe_lag = 0.0
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,9 @@
 Everything the launcher knows of a node is in its instance's tags (cluster, kind, type,
 setup status and hashes), so any laptop, or the head, recovers the cluster by listing them.
 
+- create_nodes returns once DescribeInstances lists the new instances (EC2 lists them a
+  while after the launch), so stopping the autoscaler in the middle of a launch leaves
+  nothing `down` cannot list.
 - Launches try the type's subnets in order (zones the autoscaler avoids are left out); a
   capacity refusal (`CAPACITY_CODES`) moves on to the next subnet, and when none is left a
   CapacityError names the zones tried, which the autoscaler answers with the type's
@@ -11,8 +14,9 @@ setup status and hashes), so any laptop, or the head, recovers the cluster by li
 - A worker AWS reclaims (spot) is listed as PREEMPTED until the autoscaler has answered it.
 - Launches from the user's machine are written down until a listing shows what they made
   (`sent`); one whose answer never came back (an interrupted `up`) is sent again, same
-  client token, by the next command. Their instances are nodes before any listing shows
-  them, so `up` never makes a second head and `down` leaves nothing behind.
+  client token, by the next `up` (bootstrap) or `down` (cleanup). Their instances are nodes
+  before any listing shows them, so `up` never makes a second head and `down` leaves
+  nothing behind.
 - `cache_stopped_nodes`: workers the autoscaler removes are stopped, and started again for a
   later launch of the same type and node_config. `down` (from the user's machine)
   terminates every instance of the cluster, stopped ones included, and checks by listing.
@@ -70,6 +74,8 @@ from launcher.runners.ssh import SSHRunner
 PUBLIC_IP_WAIT_S = 180.0
 PROFILE_RETRIES = 8  # a new head instance profile takes a while to be usable
 TERMINATE_WAIT_S = 600.0  # `down --purge` waits this long for instances to be gone
+LISTED_WAIT_S = 60.0  # create_nodes waits this long at most for new instances to be listed
+LISTED_POLL_S = 0.5
 ALL_STATES = ("pending", "running", "stopping", "stopped", "shutting-down", "terminated")
 # Refusals of a launch sent again (see `sent`) that say nothing about what the first one made.
 UNSETTLED_CODES = frozenset(
@@ -108,6 +114,12 @@ class AwsProvider(NodeProvider):
         )
         with self._lock:
             self._resolved = resolved
+        if not self.on_head:  # `up`: what an interrupted `up` launched is the head
+            made = self._send_unanswered()
+            if made:
+                done.append(
+                    f"found {', '.join(made)}, launched by an earlier up whose answer was lost"
+                )
         return done
 
     def _ssh_from(self, vpc_id: str) -> list[str]:
@@ -144,14 +156,17 @@ class AwsProvider(NodeProvider):
             raise ProviderError(f"cannot list instances: {error_message(exc)}") from exc
 
     def nodes(self) -> list[Node]:
-        launches = self._sent_launches()
+        launches = sent.pending(self.cluster_name) if not self.on_head else []
         listed = list(self._instances(ALL_STATES))
         listed_ids = {str(i["InstanceId"]) for i in listed}
         with self._lock:
-            for launch, instances in launches:
-                if {i["InstanceId"] for i in instances} <= listed_ids:
+            for launch in launches:
+                if launch.instances is None:
+                    continue  # never answered: `up` and `down` send it again
+                if launch.instance_ids <= listed_ids:
                     sent.forget(launch.path)  # listed now: no longer needed
-                for instance in instances:
+                for made in launch.instances:
+                    instance = sent.restored(made, launch.request)
                     self._unlisted.setdefault(instance["InstanceId"], instance)
             for instance_id in listed_ids:
                 self._unlisted.pop(instance_id, None)
@@ -166,31 +181,28 @@ class AwsProvider(NodeProvider):
             found.append(node)
         return found
 
-    def _sent_launches(self) -> list[tuple[sent.SentLaunch, list[dict[str, Any]]]]:
-        """The launches sent from this machine that no listing has shown yet (`sent`), with
-        their instances. Those never answered are sent once more: EC2 answers with what
-        they made."""
-        if self.on_head:
-            return []
-        found = []
+    def _send_unanswered(self) -> list[str]:
+        """Send once more the launches sent from this machine whose answer never came
+        (`sent`): EC2 answers with what they made, which is written down. Returns the ids
+        of the instances they made."""
+        made: list[str] = []
         for launch in sent.pending(self.cluster_name):
-            made = launch.instances
-            if made is None:
-                again = functools.partial(self.clients.ec2_launch.run_instances, **launch.request)
-                try:
-                    made = tuple(retry_throttled(again)["Instances"])
-                except boto_errors() as exc:
-                    if error_code(exc) and error_code(exc) not in UNSETTLED_CODES:
-                        sent.forget(launch.path)  # refused: the first one made nothing either
-                        continue
-                    raise ProviderError(
-                        f"cannot learn what a launch sent at {launch.when}, whose answer was "
-                        f"lost, made: {error_message(exc)}; run the command again"
-                    ) from exc
-                sent.answered(launch.path, made)
-            restored = [sent.restored(sent.portable(i), launch.request) for i in made]
-            found.append((launch, restored))
-        return found
+            if launch.instances is not None:
+                continue
+            again = functools.partial(self.clients.ec2_launch.run_instances, **launch.request)
+            try:
+                instances = retry_throttled(again)["Instances"]
+            except boto_errors() as exc:
+                if error_code(exc) and error_code(exc) not in UNSETTLED_CODES:
+                    sent.forget(launch.path)  # refused: the first one made nothing either
+                    continue
+                raise ProviderError(
+                    f"cannot learn what a launch sent at {launch.when}, whose answer was "
+                    f"lost, made: {error_message(exc)}; run the command again"
+                ) from exc
+            sent.answered(launch.path, instances)
+            made += [str(i["InstanceId"]) for i in instances]
+        return made
 
     def zones(self, node_type: NodeType) -> tuple[str, ...]:
         context = self.resolved().contexts.get(node_type.name)
@@ -230,11 +242,28 @@ class AwsProvider(NodeProvider):
                 if not batch:
                     break
                 created += batch
+        self._wait_listed(created, node_type)
         if len(created) < count:
             zones = tried or sorted(set(avoid_zones))
             detail = last or "every zone it may use is being avoided after recent failures"
             raise CapacityError(node_type.name, zones, detail, self._with_ips(created))
         return self._with_ips(created)
+
+    def _wait_listed(self, nodes: list[Node], node_type: NodeType) -> None:
+        """Return once DescribeInstances lists `nodes` (EC2 lists new instances a while
+        after launching them), or after LISTED_WAIT_S: whoever stops a launcher in the
+        middle of a launch (`down` stopping the autoscaler) then finds them by listing."""
+        wanted = {n.id for n in nodes}
+        deadline = time.monotonic() + LISTED_WAIT_S
+        by_type = {"Name": f"tag:{TAG_TYPE}", "Values": [node_type.name]}
+        while wanted:
+            try:
+                wanted -= {str(i["InstanceId"]) for i in self._instances(ALL_STATES, by_type)}
+            except ProviderError:
+                return  # the launch is done; listing is someone else's business
+            if not wanted or time.monotonic() > deadline:
+                return
+            time.sleep(LISTED_POLL_S)
 
     def _run(
         self,
@@ -431,6 +460,10 @@ class AwsProvider(NodeProvider):
     # -- taking down --------------------------------------------------------------------
     def cleanup(self, purge: bool = False) -> list[str]:
         removed: list[str] = []
+        lost = [i for i in self._send_unanswered() if i not in self._gone]
+        if lost:
+            self.terminate_nodes(lost)
+            removed.append(f"{len(lost)} instance(s) of a launch whose answer was lost")
         stopped = [i["InstanceId"] for i in self._instances(("stopped", "stopping"))]
         if stopped:
             self.terminate_nodes(stopped)

@@ -9,11 +9,11 @@ provider writes the request, client token included, to
 `$LAUNCHER_HOME/clusters/NAME/aws-launches/`; adds the instances once EC2 answers; and
 removes the record once a listing shows them.
 
-A later command first sends each unanswered request once more: EC2 answers a repeated client
-token with the instances of the first request (making them only if the first never
-arrived), so what the lost request made becomes known either way. The instances of records
-are nodes of the cluster until a listing shows them: `up` takes such a head as its own,
-`down` terminates it.
+The next `up` (as it bootstraps) or `down` (as it cleans up) sends each unanswered request
+once more: EC2 answers a repeated client token with the instances of the first request
+(making them only if the first never arrived), so what the lost request made becomes known
+either way. Other commands send nothing. The instances of records are nodes of the cluster
+until a listing shows them: `up` takes such a head as its own, `down` terminates it.
 
 Pure file handling here; the provider sends the requests.
 """

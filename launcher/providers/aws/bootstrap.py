@@ -8,9 +8,7 @@ steps); the autoscaler on the head runs it with `create=False`, which only looks
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
 
 from launcher.config.model import ClusterConfig
 from launcher.errors import ProviderError
@@ -24,15 +22,6 @@ from launcher.providers.aws.launch import (
     subnet_ids,
 )
 from launcher.providers.aws.spec import AwsProviderConfig
-
-
-@dataclass(frozen=True)
-class Resolved:
-    contexts: Mapping[str, LaunchContext]  # per node type
-    key_name: str | None  # the launcher's own key pair, when one is used
-    key_path: Path | None
-    group_name: str | None  # the launcher's own security group, when one is used
-    vpc_id: str | None
 
 
 def group_name(config: ClusterConfig) -> str:
@@ -56,24 +45,20 @@ def resolve(
     *,
     create: bool,
     ssh_from: Callable[[str], list[str]],
-) -> tuple[Resolved, list[str]]:
-    """Everything node launches need. `ssh_from(vpc_id)` gives the address ranges SSH may
-    come from. Returns it and what was created (for the user)."""
+) -> tuple[dict[str, LaunchContext], list[str]]:
+    """What launches of each node type need. `ssh_from(vpc_id)` gives the address ranges
+    SSH may come from. Returns it, per node type, and what was created (for the user)."""
     provider = config.provider
     assert isinstance(provider, AwsProviderConfig)
     done: list[str] = []
     subnets = _subnets(clients, config, provider)
     key_name = own_key_name(config)
-    key_path: Path | None = None
-    if key_name is not None:
-        if create:
-            key_path, what = keys.ensure_key_pair(clients, key_name, config.cluster_name)
-            done += [what] if what else []
-        else:
-            key_path = keys.key_path(key_name)
+    if key_name is not None and create:
+        what = keys.ensure_key_pair(clients, key_name, config.cluster_name)
+        done += [what] if what else []
     vpcs = {s.vpc_id for chosen in subnets.values() for s in chosen}
     vpc_id = next(iter(vpcs)) if len(vpcs) == 1 else None
-    group_id, name = _group(clients, config, provider, vpc_id, vpcs, create, ssh_from, done)
+    group_id = _group(clients, config, provider, vpc_id, vpcs, create, ssh_from, done)
     head_profile: str | None = None
     if "IamInstanceProfile" not in config.head_type.node_config and create:
         head_profile, made = iam.ensure_head_profile(clients, config.cluster_name, provider.region)
@@ -89,7 +74,7 @@ def resolve(
         )
         for type_name in config.node_types
     }
-    return Resolved(contexts, key_name, key_path, name, vpc_id), done
+    return contexts, done
 
 
 def _subnets(
@@ -122,10 +107,10 @@ def _group(
     create: bool,
     ssh_from: Callable[[str], list[str]],
     done: list[str],
-) -> tuple[str | None, str | None]:
-    """The launcher's own security group (id, name), when some node type names none."""
+) -> str | None:
+    """The id of the launcher's own security group, when some node type names none."""
     if all(names_groups(t.node_config) for t in config.node_types.values()):
-        return None, None
+        return None
     name = group_name(config)
     if vpc_id is None:
         raise ProviderError(
@@ -142,11 +127,11 @@ def _group(
             provider.security_group_rules,
         )
         done += made
-        return group_id, name
+        return group_id
     found = network.find_group(clients, name, vpc_id)
     if found is None:
         raise ProviderError(f"security group {name} is missing; run `launcher up` again")
-    return str(found["GroupId"]), name
+    return str(found["GroupId"])
 
 
 def _images(

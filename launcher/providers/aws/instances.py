@@ -28,6 +28,11 @@ def tags_of(instance: Mapping[str, Any]) -> dict[str, str]:
     return {str(t["Key"]): str(t["Value"]) for t in instance.get("Tags", ())}
 
 
+def aws_tags(tags: Mapping[str, str]) -> list[dict[str, str]]:
+    """`tags` in EC2's form: [{"Key": ..., "Value": ...}] (the inverse of `tags_of`)."""
+    return [{"Key": k, "Value": v} for k, v in tags.items()]
+
+
 def launch_config_digest(node_config: Mapping[str, Any]) -> str:
     text = json.dumps(thaw(node_config), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -17,6 +17,7 @@ from pathlib import Path
 from launcher.errors import ProviderError
 from launcher.paths import launcher_home
 from launcher.providers.aws.clients import AwsClients, boto_errors, error_message, is_not_found
+from launcher.providers.aws.instances import aws_tags
 from launcher.providers.base import TAG_CLUSTER
 
 
@@ -77,13 +78,13 @@ def key_pair_exists(clients: AwsClients, key_name: str) -> bool:
     return True
 
 
-def ensure_key_pair(clients: AwsClients, key_name: str, cluster_name: str) -> tuple[Path, str]:
-    """Make sure EC2 has `key_name` and this machine its private key. Returns the key's
-    path and what was done ("" when both existed)."""
+def ensure_key_pair(clients: AwsClients, key_name: str, cluster_name: str) -> str:
+    """Make sure EC2 has `key_name` and this machine its private key (at `key_path`).
+    Returns what was done ("" when both existed)."""
     path = key_path(key_name)
     exists = key_pair_exists(clients, key_name)
     if exists and path.exists():
-        return path, ""
+        return ""
     if exists:
         raise ProviderError(
             f"key pair {key_name} exists in EC2 but its private key is not at {path}; copy it "
@@ -95,14 +96,14 @@ def ensure_key_pair(clients: AwsClients, key_name: str, cluster_name: str) -> tu
         # Saved first: if what follows is interrupted, the next `up` imports this key.
         _write_private(path, _new_private_key())
         done = f"created key pair {key_name} (private key {path}, mode 0600)"
-    tags = [{"ResourceType": "key-pair", "Tags": [{"Key": TAG_CLUSTER, "Value": cluster_name}]}]
+    tags = [{"ResourceType": "key-pair", "Tags": aws_tags({TAG_CLUSTER: cluster_name})}]
     try:
         clients.ec2.import_key_pair(
             KeyName=key_name, PublicKeyMaterial=_public_key(path).encode(), TagSpecifications=tags
         )
     except boto_errors() as exc:
         raise ProviderError(f"cannot create key pair {key_name}: {error_message(exc)}") from exc
-    return path, done
+    return done
 
 
 def delete_key_pair(clients: AwsClients, key_name: str) -> list[str]:

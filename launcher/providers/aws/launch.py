@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.config.frozen import thaw
+from launcher.providers.aws.instances import aws_tags
 
 LATEST_DLAMI = "latest_dlami"
 # Keys of node_config that are ours, not RunInstances arguments.
@@ -100,7 +101,7 @@ def _merged_tags(
     for kind in owned:
         by_type.setdefault(kind, {}).update(cluster_tag)
     return [
-        {"ResourceType": kind, "Tags": [{"Key": k, "Value": v} for k, v in sorted(tags.items())]}
+        {"ResourceType": kind, "Tags": aws_tags(dict(sorted(tags.items())))}
         for kind, tags in by_type.items()
     ]
 

@@ -36,7 +36,7 @@ from typing import Any
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ProviderError
 from launcher.providers.aws import iam, keys, network, sent
-from launcher.providers.aws.bootstrap import Resolved, group_name, own_key_name, resolve
+from launcher.providers.aws.bootstrap import group_name, own_key_name, resolve
 from launcher.providers.aws.clients import (
     AwsClients,
     boto_errors,
@@ -48,6 +48,7 @@ from launcher.providers.aws.clients import (
 from launcher.providers.aws.instances import (
     LIVE_STATES,
     TAG_LAUNCH_CONFIG,
+    aws_tags,
     launch_config_digest,
     tags_of,
     to_node,
@@ -95,13 +96,14 @@ class AwsProvider(NodeProvider):
         # On the head the nodes are reached inside the VPC; from the user's machine, by
         # public address unless use_internal_ips.
         self.private = on_head or settings.use_internal_ips
-        self._resolved: Resolved | None = None
+        self._contexts: dict[str, LaunchContext] | None = None  # per node type
         self._lock = threading.Lock()
-        self._acknowledged: set[str] = set()  # reclaimed workers already answered
         self._private_ips: dict[str, str] = {}
         # Instances launched from this machine (`sent`), until a listing shows them.
         self._unlisted: dict[str, dict[str, Any]] = {}
-        self._gone: set[str] = set()  # terminated (or stopped) by this provider
+        # Terminated (or stopped) by this provider: a reclaimed worker among them has been
+        # answered, and a launch not listed yet is not a node any more.
+        self._gone: set[str] = set()
         key = config.auth.ssh_private_key
         name = own_key_name(config)
         self._key = key if key else (str(keys.key_path(name)) if name else None)
@@ -109,11 +111,11 @@ class AwsProvider(NodeProvider):
 
     # -- bootstrap ----------------------------------------------------------------------
     def bootstrap(self, wait_s: float = 300.0) -> list[str]:
-        resolved, done = resolve(
+        contexts, done = resolve(
             self.clients, self.config, create=not self.on_head, ssh_from=self._ssh_from
         )
         with self._lock:
-            self._resolved = resolved
+            self._contexts = contexts
         if not self.on_head:  # `up`: what an interrupted `up` launched is the head
             made = self._send_unanswered()
             if made:
@@ -129,14 +131,15 @@ class AwsProvider(NodeProvider):
             return network.vpc_cidrs(self.clients, vpc_id)
         return [network.public_address()]
 
-    def resolved(self) -> Resolved:
+    def contexts(self) -> dict[str, LaunchContext]:
+        """What launches of each node type need, looked up once (bootstrap sets it)."""
         with self._lock:
-            if self._resolved is not None:
-                return self._resolved
-        resolved, _ = resolve(self.clients, self.config, create=False, ssh_from=self._ssh_from)
+            if self._contexts is not None:
+                return self._contexts
+        contexts, _ = resolve(self.clients, self.config, create=False, ssh_from=self._ssh_from)
         with self._lock:
-            self._resolved = resolved
-        return resolved
+            self._contexts = contexts
+        return contexts
 
     # -- listing ------------------------------------------------------------------------
     def _instances(
@@ -171,9 +174,10 @@ class AwsProvider(NodeProvider):
             for instance_id in listed_ids:
                 self._unlisted.pop(instance_id, None)
             unlisted = [i for key, i in self._unlisted.items() if key not in self._gone]
+            gone = set(self._gone)
         found: list[Node] = []
         for instance in listed + unlisted:
-            node = to_node(instance, self.private, self._acknowledged)
+            node = to_node(instance, self.private, gone)
             if node is None:
                 continue
             if instance.get("PrivateIpAddress"):
@@ -205,7 +209,7 @@ class AwsProvider(NodeProvider):
         return made
 
     def zones(self, node_type: NodeType) -> tuple[str, ...]:
-        context = self.resolved().contexts.get(node_type.name)
+        context = self.contexts().get(node_type.name)
         return tuple(p.zone for p in context.placements) if context else ("",)
 
     # -- launching ----------------------------------------------------------------------
@@ -225,7 +229,7 @@ class AwsProvider(NodeProvider):
         created: list[Node] = []
         if kind is NodeKind.WORKER and self.settings.cache_stopped_nodes:
             created += self._restart_stopped(node_type, count, all_tags, avoid_zones)
-        context = self.resolved().contexts[node_type.name]
+        context = self.contexts()[node_type.name]
         if kind is NodeKind.WORKER:
             context = dataclasses.replace(context, instance_profile_arn=None)
         tried: list[str] = []
@@ -308,7 +312,7 @@ class AwsProvider(NodeProvider):
         nodes = []
         for launched in reply["Instances"]:
             # RunInstances may answer before the tags are readable back: use ours.
-            instance = {**launched, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+            instance = {**launched, "Tags": aws_tags(tags)}
             node = to_node(instance, self.private, ())
             if node is not None:
                 nodes.append(node)
@@ -349,7 +353,7 @@ class AwsProvider(NodeProvider):
         for instance in stopped:
             merged = {
                 **instance,
-                "Tags": [{"Key": k, "Value": v} for k, v in {**tags_of(instance), **tags}.items()],
+                "Tags": aws_tags({**tags_of(instance), **tags}),
                 "State": {"Name": "pending"},
             }
             node = to_node(merged, self.private, ())
@@ -403,7 +407,6 @@ class AwsProvider(NodeProvider):
                     self.clients.ec2.terminate_instances(InstanceIds=batch)
         except boto_errors() as exc:
             raise ProviderError(f"cannot terminate {', '.join(ids)}: {error_message(exc)}") from exc
-        self._acknowledged.update(ids)
         with self._lock:
             self._gone.update(ids)
 
@@ -416,12 +419,10 @@ class AwsProvider(NodeProvider):
             if node_id in self._unlisted:  # not listed yet: keep its tags as they now are
                 instance = self._unlisted[node_id]
                 merged = {**tags_of(instance), **tags}
-                instance["Tags"] = [{"Key": k, "Value": v} for k, v in merged.items()]
+                instance["Tags"] = aws_tags(merged)
 
     def _tag(self, ids: list[str], tags: Mapping[str, str]) -> None:
-        self.clients.ec2.create_tags(
-            Resources=ids, Tags=[{"Key": k, "Value": v} for k, v in tags.items()]
-        )
+        self.clients.ec2.create_tags(Resources=ids, Tags=aws_tags(tags))
 
     # -- reaching nodes -----------------------------------------------------------------
     def ssh_private_key(self) -> str | None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.paths import cluster_dir
+from launcher.providers.aws.instances import aws_tags
 
 UNANSWERED_MAX_AGE_S = 24 * 3600.0  # older requests are dropped unsent (EC2 forgets tokens)
 UNLISTED_MAX_AGE_S = 3600.0  # instances still not listed by then are not coming
@@ -113,7 +114,7 @@ def restored(instance: Mapping[str, Any], request: Mapping[str, Any]) -> dict[st
     return {
         **instance,
         "State": {"Name": "pending"},
-        "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+        "Tags": aws_tags(tags),
         **({"LaunchTime": datetime.fromisoformat(launched)} if isinstance(launched, str) else {}),
     }
 

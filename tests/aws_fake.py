@@ -166,6 +166,9 @@ class MotoServer:
             def log_request(self, *args: object) -> None:  # one line per call otherwise
                 pass
 
+        # moto's state is process-global: an earlier server's instances (another test
+        # module's) would otherwise show up here, and be made hosts on the same addresses.
+        self.reset()
         self._app = DomainDispatcherApplication(create_backend_app)
         self._server = make_server(
             "127.0.0.1", self._port, self, threaded=True, request_handler=QuietHandler

@@ -570,3 +570,28 @@ def _sweep_stale() -> None:
                 if not _wait_gone(inside, 15):
                     continue
             _remove(root)
+
+
+def ray_start_commands(num_cpus: int) -> str:
+    """The start-ray commands (YAML) of clusters whose machines are isolated hosts: they
+    share this box's network, so each Ray node names its own address and agent port; the
+    rest is Ray's usual start."""
+    options = (
+        "--node-ip-address=$LAUNCHER_NODE_IP --object-store-memory=100000000 "
+        f"--num-cpus={num_cpus} --dashboard-agent-listen-port=$((52000 + ${{LAUNCHER_NODE_IP##*.}})) "
+        "--disable-usage-stats"
+    )
+    return (
+        "head_start_ray_commands:\n"
+        "  - ray stop\n"
+        f"  - ray start --head --port=6379 --include-dashboard=false {options}\n"
+        "worker_start_ray_commands:\n"
+        "  - ray stop\n"
+        f"  - ray start --address=$RAY_HEAD_IP:6379 {options}\n"
+    )
+
+
+# `launcher exec` command printing how many Ray nodes are alive ("alive N").
+COUNT_NODES = (
+    'python -c \'import ray; ray.init(); print("alive", sum(n["Alive"] for n in ray.nodes()))\''
+)

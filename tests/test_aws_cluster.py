@@ -28,16 +28,12 @@ from tests.aws_fake import (
     interrupt_spot,
     loopback_vpc,
 )
-from tests.ssh_hosts import isolation_unavailable
+from tests.ssh_hosts import COUNT_NODES, isolation_unavailable, ray_start_commands
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())
 )
 
-RAY_OPTIONS = (
-    "--node-ip-address=$LAUNCHER_NODE_IP --object-store-memory=100000000 --num-cpus=1 "
-    "--dashboard-agent-listen-port=$((52000 + ${LAUNCHER_NODE_IP##*.})) --disable-usage-stats"
-)
 CONFIG = """
 cluster_name: aws-e2e
 max_workers: 3
@@ -74,16 +70,7 @@ metadata:
       spot: [ondemand]
 setup_commands:
   - echo "setup on $LAUNCHER_NODE_IP" >> ~/setup.log
-head_start_ray_commands:
-  - ray stop
-  - ray start --head --port=6379 --include-dashboard=false RAY_OPTIONS
-worker_start_ray_commands:
-  - ray stop
-  - ray start --address=$RAY_HEAD_IP:6379 RAY_OPTIONS
-""".replace("RAY_OPTIONS", RAY_OPTIONS)
-COUNT_NODES = (
-    'python -c \'import ray; ray.init(); print("alive", sum(n["Alive"] for n in ray.nodes()))\''
-)
+""" + ray_start_commands(num_cpus=1)
 ALIVE_IPS = (
     "python -c 'import ray; ray.init(); "
     'print(*[n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]])\''

@@ -24,18 +24,12 @@ import pytest
 from launcher.cluster.lifecycle import UpOptions, up
 from launcher.config.loader import Overrides
 from launcher.errors import ProviderError
-from tests.ssh_hosts import IsolatedHost, isolated_hosts, make_key
+from tests.ssh_hosts import COUNT_NODES, IsolatedHost, isolated_hosts, make_key, ray_start_commands
 
 pytestmark = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")
 
 HEAD_IP = "127.0.6.2"
 WORKER_IPS = ("127.0.6.3", "127.0.6.4", "127.0.6.5")
-# The hosts share this box's network, so each Ray node needs its own agent port; the
-# rest is Ray's usual on-prem start.
-RAY_OPTIONS = (
-    "--node-ip-address=$LAUNCHER_NODE_IP --object-store-memory=100000000 --num-cpus=2 "
-    "--dashboard-agent-listen-port=$((52000 + ${LAUNCHER_NODE_IP##*.})) --disable-usage-stats"
-)
 CONFIG = """
 cluster_name: onprem-e2e
 provider:
@@ -57,16 +51,7 @@ setup_commands:
   - echo "setup on $LAUNCHER_NODE_IP" >> ~/setup.log
 head_setup_commands:
   - mkdir -p ~/shared && echo made-on-the-head > ~/shared/h.txt
-head_start_ray_commands:
-  - ray stop
-  - ray start --head --port=6379 --include-dashboard=false RAY_OPTIONS
-worker_start_ray_commands:
-  - ray stop
-  - ray start --address=$RAY_HEAD_IP:6379 RAY_OPTIONS
-""".replace("RAY_OPTIONS", RAY_OPTIONS)
-COUNT_NODES = (
-    'python -c \'import ray; ray.init(); print("alive", sum(n["Alive"] for n in ray.nodes()))\''
-)
+""" + ray_start_commands(num_cpus=2)
 
 
 def launcher(

@@ -15,6 +15,7 @@ import base64
 import hashlib
 import importlib.metadata
 import shlex
+import uuid
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -97,7 +98,8 @@ def build_wheel() -> Wheel:
     record = [f"{name},sha256={_b64_digest(data)},{len(data)}" for name, data in files]
     record.append(f"{info}/RECORD,,")
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
+    # A file of this build's own: `up`s of other clusters may build the same wheel at once.
+    partial = path.with_suffix(f".{uuid.uuid4().hex[:12]}.partial")
     with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as wheel:
         for name, data in files:
             wheel.writestr(name, data)
@@ -123,7 +125,12 @@ def _install_script(
 ) -> str:
     """Shell run on the head: make the environment and unpack the wheel in it.
     `modules`: more the autoscaler imports there (a provider's SDK), installed with pip
-    from `requirements` when missing."""
+    from `requirements` when missing.
+
+    The environment is built beside the old one (`$V.new.PID`) and moved into place only
+    once complete, and the wheel sits in a directory of this install's own: an earlier
+    `up` killed mid-install leaves its script running on the head, which must neither
+    remove this install's wheel nor half-empty the environment under it."""
     checks = shlex.quote("; ".join(f"import {name}" for name in (*_NEEDED, *modules)))
     more = " ".join(shlex.quote(r) for r in requirements)
     purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
@@ -134,20 +141,23 @@ def _install_script(
     )
     return "\n".join(
         [
-            f'V="{VENV}"; W={shlex.quote(wheel_on_head)}',
+            f'V="{VENV}"; T="$V.new.$$"; W={shlex.quote(wheel_on_head)}',
+            'trap \'rm -rf "$T" "$(dirname "$W")"\' EXIT',
             "PY=$(command -v python3 || command -v python) || "
             '{ echo "no python3 on the PATH of the head"; exit 3; }',
-            'rm -rf "$V" && "$PY" -m venv --without-pip "$V" || exit 4',
-            f'SITE=$("$V/bin/python" -c {shlex.quote(purelib)})',
+            '"$PY" -m venv --without-pip "$T" || exit 4',
+            f'SITE=$("$T/bin/python" -c {shlex.quote(purelib)})',
             f'"$PY" -c {shlex.quote(site_dirs)} > "$SITE/_launcher_base.pth"',
-            '"$V/bin/python" -m zipfile -e "$W" "$SITE" || exit 5',
+            '"$T/bin/python" -m zipfile -e "$W" "$SITE" || exit 5',
             # Whatever the head lacks comes from pip (needs the network); each check imports
             # Ray, so it runs a second time only after pip.
-            f'if ! "$V/bin/python" -c {checks} 2>/dev/null; then',
-            f'  "$V/bin/python" -m pip install --quiet "$W" {more} >/dev/null 2>&1',
-            f'  out=$("$V/bin/python" -c {checks} 2>&1) || {{ echo "$out" | tail -n 1; exit 6; }}',
+            f'if ! "$T/bin/python" -c {checks} 2>/dev/null; then',
+            f'  "$T/bin/python" -m pip install --quiet "$W" {more} >/dev/null 2>&1',
+            f'  out=$("$T/bin/python" -c {checks} 2>&1) || {{ echo "$out" | tail -n 1; exit 6; }}',
             "fi",
-            f'echo {digest} > "$V/.launcher-digest"; rm -f "$W"',
+            f'echo {digest} > "$T/.launcher-digest"',
+            # A concurrent install of the same wheel may have moved its own in first: fine.
+            'rm -rf "$V" && mv -T "$T" "$V" || [ -x "$V/bin/python" ] || exit 7',
         ]
     )
 
@@ -164,7 +174,7 @@ def install_on_head(
     wheel = build_wheel()
     if runner.run(_reuse_check(wheel.digest), env).ok:
         return wheel, "reused"
-    remote = f"~/.launcher/{wheel.path.name}"
+    remote = f"~/.launcher/upload-{uuid.uuid4().hex[:12]}/{wheel.path.name}"
     runner.put(str(wheel.path), remote)
     modules = (sdk_module,) if sdk_module else ()
     requirements = _requirements(sdk_extra) if sdk_extra and sdk_module else []

@@ -1,0 +1,56 @@
+"""Installing the launcher on a head over real SSH (an isolated sshd host): two installs at
+once on one head, as when an `up` killed mid-install leaves its script running there and
+the next `up` installs again, both end with a working installation."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from launcher.cluster.install import VENV, install_on_head
+from launcher.config.model import AuthConfig
+from launcher.errors import LauncherError
+from launcher.providers.ssh_access import SSHAccess
+from tests.ssh_hosts import isolated_hosts, make_key
+
+HOST_IP = "127.0.6.90"
+
+
+def test_concurrent_installs_on_one_head_both_succeed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "home"))
+    key = make_key(tmp_path / "id_ed25519")
+    with isolated_hosts(key, HOST_IP, 1) as (host,):
+        auth = AuthConfig(ssh_user="root", ssh_private_key=str(key))
+        runners = [
+            SSHAccess("install", auth).runner(HOST_IP, tmp_path / f"log{i}") for i in range(2)
+        ]
+        for _ in range(3):  # each round from a head without the launcher
+            runners[0].run(f'rm -rf "{VENV}"', {})
+            outcomes: list[str] = []
+            failures: list[LauncherError] = []
+
+            def install(index: int) -> None:
+                try:
+                    outcomes.append(install_on_head(runners[index], {})[1])  # noqa: B023
+                except LauncherError as exc:
+                    failures.append(exc)  # noqa: B023
+
+            threads = [threading.Thread(target=install, args=(i,)) for i in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(120)
+            assert failures == []
+            assert sorted(outcomes) in (["installed", "installed"], ["installed", "reused"])
+            check = runners[0].run(
+                f'"{VENV}/bin/python" -c "import launcher.autoscaler.daemon"', {}
+            )
+            assert check.ok, check.output_tail
+            assert install_on_head(runners[0], {})[1] == "reused"
+        # Nothing of the installs is left beside the environment.
+        leftovers = sorted(p.name for p in host.path("~/.launcher").iterdir())
+        assert leftovers == ["venv"], leftovers

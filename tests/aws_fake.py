@@ -129,7 +129,11 @@ _APP_ID = re.compile(r"\bapp/(\S+)")
 
 class MotoServer:
     """moto's EC2/IAM/STS endpoint on 127.0.0.1:`port` (a free port by default), in a
-    thread of this process. Use as a context manager or start()/stop()."""
+    thread of this process. Use as a context manager or start()/stop().
+
+    As EC2 does (and moto does not), a terminated instance's private IP goes back to its
+    subnet and is the next one handed out there, so a new node often takes over a gone
+    node's address."""
 
     def __init__(self, region: str = REGION, port: int = 0) -> None:
         self.region = region
@@ -385,6 +389,11 @@ class MotoServer:
                 return response
             if call.action == "RunInstances":
                 self._launched_now(call, response[2])
+            if call.action == "TerminateInstances":
+                backend = self.ec2_backend(call.region)
+                for key, value in call.params.items():
+                    if key.startswith("InstanceId.") and (i := backend.get_instance_by_id(value)):
+                        free_address(backend, i)
             if call.action == "DescribeInstances" and self.describe_lag > 0:
                 return self._hide_recent(call, response)
             return response
@@ -535,6 +544,17 @@ def loopback_vpc(
     return LoopbackVpc(vpc_id, tuple(subnets))
 
 
+def free_address(backend: Any, instance: Any) -> None:
+    """Give terminated `instance`'s private IP back to its subnet (unless it already went
+    to another instance), first in line for the next launch there."""
+    if instance.state != "terminated" or not instance.subnet_id or not instance.private_ip:
+        return
+    with contextlib.suppress(Exception):
+        subnet = backend.get_subnet(instance.subnet_id)
+        if subnet._subnet_ips.get(instance.private_ip) is instance:
+            subnet.del_subnet_ip(instance.private_ip)
+
+
 def interrupt_spot(
     server: MotoServer, instance_id: str, hosts: InstanceHosts | None = None
 ) -> None:
@@ -551,6 +571,7 @@ def interrupt_spot(
         if instance.lifecycle != "spot":
             raise ValueError(f"{instance_id} is not a spot instance: AWS does not reclaim it")
         instance.terminate()
+        free_address(instance.ec2_backend, instance)
         code = "Server.SpotInstanceTermination"
         instance.state_reason = StateReason(f"{code}: Spot instance termination", code)
         instance._reason = ""

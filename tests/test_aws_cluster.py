@@ -184,13 +184,17 @@ def test_a_reclaimed_spot_worker_is_replaced_by_its_fallback(aws: AwsCluster) ->
     aws.server.faults.no_capacity(market="spot")  # spot capacity gone everywhere
     try:
         interrupt_spot(aws.server, spot["InstanceId"], aws.hosts)
-        wait_for(
-            lambda: any(
-                tag(i, "launcher-node-status") == "up-to-date" for i in aws.of_type("ondemand")
-            ),
-            180,
-            "an on-demand worker standing in for the reclaimed spot worker",
-        )
+        try:
+            wait_for(
+                lambda: any(
+                    tag(i, "launcher-node-status") == "up-to-date" for i in aws.of_type("ondemand")
+                ),
+                180,
+                "an on-demand worker standing in for the reclaimed spot worker",
+            )
+        except AssertionError as failed:
+            log = aws.run("monitor", "--no-follow", "--lines", "60", str(aws.path)).stdout
+            raise AssertionError(f"{failed}; the head's autoscaler said:\n{log}") from None
     finally:
         aws.server.faults.clear()
     replacement = aws.of_type("ondemand")[0]
@@ -200,10 +204,23 @@ def test_a_reclaimed_spot_worker_is_replaced_by_its_fallback(aws: AwsCluster) ->
     assert f"{spot['InstanceId']} was preempted in {spot['Placement']['AvailabilityZone']}" in (
         log.stdout
     ), log.stdout
-    # The reclaimed node stays "alive" in Ray until its health checks time out; the
-    # replacement is what matters.
+    # EC2 hands a terminated instance's address to the next launch in its subnet (the
+    # fake does too): the replacement is a new machine at the reclaimed worker's address,
+    # with another host key, which the head accepted as the new instance's own.
+    assert replacement["PrivateIpAddress"] == spot["PrivateIpAddress"]
+    host = aws.hosts.host(replacement["InstanceId"])
+    assert f"setup on {spot['PrivateIpAddress']}" in host.path("~/setup.log").read_text()
+    head_known = aws.run("exec", str(aws.path), "cat ~/.launcher/clusters/aws-e2e/known_hosts")
+    pinned = [line.split() for line in head_known.stdout.splitlines() if line.strip()]
+    at_address = [f for f in pinned if f[0] == spot["PrivateIpAddress"]]
+    assert [f[-1] for f in at_address] == [f"launcher-node={replacement['InstanceId']}"], pinned
+    # Ray runs there: a live node at that address (the reclaimed one may still be listed
+    # until its health checks time out) and the replacement's own raylet.
     alive = aws.run("exec", str(aws.path), ALIVE_IPS)
     assert replacement["PrivateIpAddress"] in alive.stdout.split(), alive.stdout + alive.stderr
+    assert any(
+        Path(f"/proc/{pid}/comm").read_text().strip() == "raylet" for pid in host.processes()
+    )
     # The head's autoscaler made these calls itself, with the head's credentials.
     head = next(i for i in aws.instances() if tag(i, "launcher-node-kind") == "head")
     origins = {c.call.origin for c in aws.server.calls("RunInstances")}

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.runners.ssh import KnownHosts, SSHRunner, SSHTarget
+from launcher.runners.known_hosts import KnownHosts
+from launcher.runners.ssh import SSHRunner, SSHTarget
 from tests.ssh_hosts import IsolatedHost, isolated_hosts, make_key
 
 

@@ -19,7 +19,8 @@ from launcher.runners.copy import (
     sftp_is_cheaper,
 )
 from launcher.runners.filters import filter_excludes
-from launcher.runners.ssh import KnownHosts, SSHRunner, SSHTarget
+from launcher.runners.known_hosts import KnownHosts
+from launcher.runners.ssh import SSHRunner, SSHTarget
 from tests.ssh_hosts import SSHHost, authorize, clean_home, ensure_user, make_key, user_home
 
 pytestmark = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")
@@ -109,6 +110,30 @@ def test_host_key_is_recorded_then_a_changed_key_is_refused(
     )
     KnownHosts(tmp_path / "known_hosts").forget("127.0.5.3")  # the way out the message names
     assert _runner(host, key, tmp_path).check_ready() is None
+
+
+def test_a_new_machine_at_a_known_address_is_pinned_afresh(
+    hosts: MakeHost, key: Path, tmp_path: Path
+) -> None:
+    """A cloud node that takes over a gone node's address is another machine: its key is
+    recorded as its own, not refused as changed; its own key is then held to."""
+    host = hosts(5)
+    assert _runner(host, key, tmp_path, node="i-gone").check_ready() is None
+    host.new_host_key()  # the instance is gone; a new one has its address
+    runner = _runner(host, key, tmp_path, node="i-new")
+    assert runner.check_ready() is None
+    known = (tmp_path / "known_hosts").read_text()
+    assert "launcher-node=i-gone" not in known and "launcher-node=i-new" in known
+    # OpenSSH (rsync's transport) agrees with the file as it now is.
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "f").write_text("x")
+    runner.copy_method = "rsync"
+    runner.put(str(tree) + "/", "~/tree/")
+    assert runner.run("cat ~/tree/f").ok
+    host.new_host_key()  # the same instance with another key: refused
+    with pytest.raises(HostKeyError):
+        _runner(host, key, tmp_path, node="i-new").check_ready()
 
 
 def test_refused_then_up_and_never_up(hosts: MakeHost, key: Path, tmp_path: Path) -> None:

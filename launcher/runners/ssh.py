@@ -6,14 +6,14 @@ commands are meant to be safe to repeat, as in Ray). Commands run in a login she
 PATH set up in the user's profile (conda, pyenv) applies, and environment values are
 passed as shell-quoted `env` arguments, never spliced into the command text.
 
-Host keys are pinned per cluster: the first contact records the node's key in the
-cluster's known_hosts file, and every later connection must present the same key.
+Host keys are pinned per cluster (launcher/runners/known_hosts.py): the first contact
+records the node's key in the cluster's known_hosts file, and every later connection to the
+same machine must present the same key.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import re
 import shlex
 import socket
@@ -21,7 +21,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, TextIO, TypeVar
@@ -40,6 +40,7 @@ from launcher.runners.copy import (
     sftp_is_cheaper,
     ssh_command,
 )
+from launcher.runners.known_hosts import KnownHosts
 
 _TAIL_LINES = 20
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -66,49 +67,6 @@ class SSHTarget:
         return f"{self.user}@{self.host}{port}"
 
 
-class KnownHosts:
-    """The cluster's known_hosts file: keys recorded on first contact, checked after."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def entry_name(self, target: SSHTarget) -> str:
-        return target.host if target.port == 22 else f"[{target.host}]:{target.port}"
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with (self.path.parent / (self.path.name + ".lock")).open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield
-
-    def load(self) -> paramiko.HostKeys:
-        keys = paramiko.HostKeys()
-        if self.path.exists():
-            keys.load(str(self.path))
-        return keys
-
-    def record(self, name: str, key: paramiko.PKey) -> None:
-        """Add `name`'s key unless some key is already recorded for it (then the caller's
-        check against the loaded keys decides)."""
-        with self._locked():
-            keys = self.load()
-            if keys.lookup(name) is not None:
-                return
-            with self.path.open("a") as out:
-                out.write(f"{name} {key.get_name()} {key.get_base64()}\n")
-            self.path.chmod(0o600)
-
-    def forget(self, name: str) -> None:
-        with self._locked():
-            if not self.path.exists():
-                return
-            kept = [
-                line for line in self.path.read_text().splitlines() if line.split(" ")[0] != name
-            ]
-            self.path.write_text("".join(line + "\n" for line in kept))
-
-
 class SSHRunner:
     """A `CommandRunner` for one node over SSH."""
 
@@ -119,9 +77,11 @@ class SSHRunner:
         log_path: Path,
         base_env: Mapping[str, str] | None = None,
         connect_timeout_s: float = 10.0,
+        node: str | None = None,
     ) -> None:
         self.target = target
         self.known_hosts = known_hosts
+        self.node = node  # the machine expected at the address (its host key is pinned as its)
         self.log_path = log_path
         self.base_env = dict(base_env or {})
         self.connect_timeout_s = connect_timeout_s
@@ -143,11 +103,10 @@ class SSHRunner:
                     return self._client
                 self.close()
             client = paramiko.SSHClient()
-            name = self.known_hosts.entry_name(self.target)
-            for host, entry in self.known_hosts.load().items():
-                for key_type, key in entry.items():
-                    client.get_host_keys().add(host, key_type, key)
-            client.set_missing_host_key_policy(_RecordFirstContact(self.known_hosts))
+            name = self.known_hosts.entry_name(self.target.host, self.target.port)
+            for key in self.known_hosts.keys_for(name, self.node):
+                client.get_host_keys().add(name, key.get_name(), key)
+            client.set_missing_host_key_policy(_RecordFirstContact(self.known_hosts, self.node))
             sock = self._open_socket()
             try:
                 client.connect(
@@ -479,13 +438,14 @@ def _transport(
 class _RecordFirstContact(paramiko.MissingHostKeyPolicy):
     """paramiko's policy for a host with no recorded key: record it (trust on first use)."""
 
-    def __init__(self, known_hosts: KnownHosts) -> None:
+    def __init__(self, known_hosts: KnownHosts, node: str | None) -> None:
         self.known_hosts = known_hosts
+        self.node = node
 
     def missing_host_key(
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
-        self.known_hosts.record(hostname, key)
+        self.known_hosts.record(hostname, key, self.node)
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 

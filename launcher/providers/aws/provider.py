@@ -11,7 +11,8 @@ setup status and hashes), so any laptop, or the head, recovers the cluster by li
   CapacityError names the zones tried, which the autoscaler answers with the type's
   fallbacks. Each RunInstances carries a client token, so a retried call never launches
   twice. Throttling is retried with jitter by botocore (`clients`).
-- A worker AWS reclaims (spot) is listed as PREEMPTED until the autoscaler has answered it.
+- A worker AWS reclaims (spot) is listed as PREEMPTED until the autoscaler has answered it
+  (remembered on the head across autoscaler restarts: answered.py).
 - Launches from the user's machine are written down until a listing shows what they made
   (`sent`); one whose answer never came back (an interrupted `up`) is sent again, same
   client token, by the next `up` (bootstrap) or `down` (cleanup). Their instances are nodes
@@ -35,7 +36,7 @@ from typing import Any
 
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ProviderError
-from launcher.providers.aws import iam, keys, network, sent
+from launcher.providers.aws import answered, iam, keys, network, sent
 from launcher.providers.aws.bootstrap import group_name, own_key_name, resolve
 from launcher.providers.aws.clients import (
     AwsClients,
@@ -67,9 +68,10 @@ from launcher.providers.base import (
     NodeKind,
     NodeProvider,
 )
-from launcher.providers.ssh_access import SSHAccess
+from launcher.providers.ssh_access import SSHAccess, known_hosts_path
 from launcher.runners.base import CommandRunner
 from launcher.runners.forward import PortOpener
+from launcher.runners.known_hosts import KnownHosts
 from launcher.runners.ssh import SSHRunner
 
 PUBLIC_IP_WAIT_S = 180.0
@@ -102,8 +104,11 @@ class AwsProvider(NodeProvider):
         # Instances launched from this machine (`sent`), until a listing shows them.
         self._unlisted: dict[str, dict[str, Any]] = {}
         # Terminated (or stopped) by this provider: a reclaimed worker among them has been
-        # answered, and a launch not listed yet is not a node any more.
+        # answered, and a launch not listed yet is not a node any more. On the head, also
+        # by the autoscaler's earlier runs (`answered`).
         self._gone: set[str] = set()
+        if on_head:
+            self._gone.update(answered.load(answered.removed_path(self.cluster_name), time.time()))
         key = config.auth.ssh_private_key
         name = own_key_name(config)
         self._key = key if key else (str(keys.key_path(name)) if name else None)
@@ -409,6 +414,12 @@ class AwsProvider(NodeProvider):
             raise ProviderError(f"cannot terminate {', '.join(ids)}: {error_message(exc)}") from exc
         with self._lock:
             self._gone.update(ids)
+            if self.on_head:
+                answered.add(answered.removed_path(self.cluster_name), ids, time.time())
+        if not stop:  # their host keys go with them (a stopped instance keeps its own)
+            known = KnownHosts(known_hosts_path(self.cluster_name))
+            for node_id in ids:
+                known.forget_node(node_id)
 
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
         try:
@@ -440,7 +451,7 @@ class AwsProvider(NodeProvider):
     def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
         if not node.ip:
             raise ProviderError(f"instance {node.id} has no address yet")
-        return self._access().runner(node.ip, log_path)
+        return self._access().runner(node.ip, log_path, node=node.id)
 
     def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
         # Through the SSH connection: the security group lets in SSH only.

@@ -4,6 +4,7 @@ and teardown. (tests/test_aws_cluster.py runs whole clusters over SSH.)"""
 
 from __future__ import annotations
 
+import functools
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,8 +14,10 @@ import pytest
 from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
 from launcher.errors import CapacityError, ProviderError
+from launcher.providers.aws import clients
+from launcher.providers.aws import provider as aws_provider
 from launcher.providers.aws.provider import AwsProvider
-from launcher.providers.base import NodeKind, NodeState
+from launcher.providers.base import TAG_SETUP_HASH, NodeKind, NodeState
 from tests.aws_fake import LoopbackVpc, MotoServer, interrupt_spot, loopback_vpc
 
 
@@ -157,6 +160,26 @@ def test_throttling_is_retried_and_a_lost_answer_launches_nothing_twice(
     assert len(provider.workers()) == 3
 
 
+def test_throttling_that_does_not_end_gives_up_with_one_clear_error(
+    server: MotoServer, vpc: LoopbackVpc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provider = ready(server, vpc)
+    spot = provider.config.node_types["spot"]
+    # The same retries, with the waits between them shortened.
+    fast = functools.partial(clients.retry_throttled, base_s=0.001)
+    monkeypatch.setattr(aws_provider, "retry_throttled", fast)
+    throttled = server.faults.add("RunInstances", "RequestLimitExceeded")
+    server.clear_calls()
+    with pytest.raises(ProviderError) as caught:
+        provider.create_nodes(spot, NodeKind.WORKER, 1, {})
+    assert "RequestLimitExceeded" in str(caught.value) or "limit exceeded" in str(caught.value)
+    # Throttling is the account's, not a zone's: no other subnet is tried.
+    assert len(server.calls("RunInstances")) == clients.MAX_ATTEMPTS
+    assert provider.workers() == []
+    server.faults.remove(throttled)
+    assert len(provider.create_nodes(spot, NodeKind.WORKER, 1, {})) == 1
+
+
 def test_a_reclaimed_spot_worker_is_preempted_until_answered(
     server: MotoServer, vpc: LoopbackVpc
 ) -> None:
@@ -170,12 +193,29 @@ def test_a_reclaimed_spot_worker_is_preempted_until_answered(
     assert worker.id not in {n.id for n in provider.nodes()}
 
 
+def test_an_answered_reclamation_stays_answered_after_the_autoscaler_restarts(
+    server: MotoServer, vpc: LoopbackVpc
+) -> None:
+    provider = ready(server, vpc)
+    spot = provider.config.node_types["spot"]
+    first, second = provider.create_nodes(spot, NodeKind.WORKER, 2, {})
+    interrupt_spot(server, first.id)
+    on_head = AwsProvider(provider.config, on_head=True)
+    assert {n.id: n.state for n in on_head.nodes()}[first.id] is NodeState.PREEMPTED
+    on_head.terminate_nodes([first.id])  # answered: replaced, the offering avoided
+    interrupt_spot(server, second.id)  # reclaimed while no autoscaler runs
+    restarted = AwsProvider(provider.config, on_head=True)  # EC2 still lists both
+    states = {n.id: n.state for n in restarted.nodes()}
+    assert first.id not in states and states[second.id] is NodeState.PREEMPTED
+
+
 def test_stopped_workers_are_reused_and_down_terminates_them(
     server: MotoServer, vpc: LoopbackVpc
 ) -> None:
     provider = ready(server, vpc)
     spot = provider.config.node_types["spot"]
     worker = provider.create_nodes(spot, NodeKind.WORKER, 1, {"launcher-node-status": "x"})[0]
+    provider.set_tags(worker.id, {TAG_SETUP_HASH: "applied"})  # its setup succeeded
     on_head = AwsProvider(provider.config, on_head=True)
     on_head.terminate_nodes([worker.id])  # the autoscaler scaling down: stopped, kept
     state = server.client("ec2").describe_instances(InstanceIds=[worker.id])
@@ -185,7 +225,10 @@ def test_stopped_workers_are_reused_and_down_terminates_them(
     again = on_head.create_nodes(spot, NodeKind.WORKER, 1, {"launcher-node-status": "new"})
     assert [n.id for n in again] == [worker.id]
     assert server.calls("RunInstances") == []
-    assert provider.workers()[0].tags["launcher-node-status"] == "new"
+    restarted = provider.workers()[0].tags
+    assert restarted["launcher-node-status"] == "new"
+    # What its disk holds stays known, so the updater does not set it up again.
+    assert restarted[TAG_SETUP_HASH] == "applied"
     on_head.terminate_nodes([worker.id])
     removed = provider.cleanup()  # `down`: the stopped worker goes too
     assert removed == ["1 stopped instance(s)"]

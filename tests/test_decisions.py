@@ -59,8 +59,19 @@ def test_restart_only_skips_setup() -> None:
 
 
 def test_failed_setup_is_retried() -> None:
-    steps = decide_steps({**APPLIED, TAG_STATUS: NodeStatus.FAILED}, HASHES, ray_running=False)
-    assert steps.setup and steps.start_ray
+    # A failed update never tags its setup hash: the node carries none, or an older one.
+    failed = {TAG_STATUS: NodeStatus.FAILED}
+    assert decide_steps(failed, HASHES, ray_running=False) == UpdateSteps(True, True, True)
+    steps = decide_steps({**APPLIED, **failed, TAG_SETUP_HASH: "s0"}, HASHES, ray_running=False)
+    assert steps == UpdateSteps(True, True, True)
+
+
+def test_a_node_whose_setup_is_on_disk_only_gets_ray_started() -> None:
+    # A stopped worker started again (the autoscaler tags it uninitialized), or one whose
+    # Ray failed to start after its setup succeeded.
+    for status in (NodeStatus.UNINITIALIZED, NodeStatus.FAILED):
+        steps = decide_steps({**APPLIED, TAG_STATUS: status}, HASHES, ray_running=False)
+        assert steps == UpdateSteps(sync_files=False, setup=False, start_ray=True)
 
 
 CONFIG = parse_config(

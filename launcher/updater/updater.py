@@ -64,9 +64,13 @@ def decide_steps(
     sync_always: bool = False,
 ) -> UpdateSteps:
     """What a node needs, from what was last applied to it (its tags). `sync_always`
-    (file_mounts_sync_continuously): file mounts are copied even when nothing changed."""
-    up_to_date = tags.get(TAG_STATUS) == NodeStatus.UP_TO_DATE
-    setup_changed = not up_to_date or tags.get(TAG_SETUP_HASH) != hashes.setup
+    (file_mounts_sync_continuously): file mounts are copied even when nothing changed.
+
+    The setup hash is tagged only when a whole update succeeds, so a node carrying the
+    current one has its files and setup on disk whatever its status says: a stopped worker
+    started again, or a node whose Ray failed to start, only gets Ray started (a new
+    container, which holds none of it, is set up again by the updater)."""
+    setup_changed = tags.get(TAG_SETUP_HASH) != hashes.setup
     start_changed = tags.get(TAG_START_HASH) != hashes.start
     if restart_only:
         return UpdateSteps(sync_files=True, setup=False, start_ray=True)

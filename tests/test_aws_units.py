@@ -4,8 +4,13 @@ group rules, the head's IAM policy."""
 from __future__ import annotations
 
 import datetime
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from launcher.config.frozen import freeze
+from launcher.providers.aws.clients import error_message
 from launcher.providers.aws.iam import head_policy, head_role_name
 from launcher.providers.aws.instances import launch_config_digest, to_node
 from launcher.providers.aws.launch import (
@@ -247,3 +252,47 @@ def test_head_policy_limits_changes_to_the_clusters_tagged_instances() -> None:
     assert "iam:" not in str(policy)
     assert head_role_name("my cluster/1") == "launcher-head-my-cluster-1"
     assert len(head_role_name("x" * 100)) == 64
+
+
+def test_errors_of_the_callers_setup_name_the_fix() -> None:
+    from botocore.exceptions import ClientError, NoCredentialsError
+
+    refused = ClientError(
+        {"Error": {"Code": "UnauthorizedOperation", "Message": "You are not authorized"}},
+        "RunInstances",
+    )
+    assert error_message(refused) == (
+        "UnauthorizedOperation: You are not authorized (the credentials' IAM policy does not "
+        "allow this call; see the README's AWS permissions)"
+    )
+    assert "aws configure" in error_message(NoCredentialsError())
+    capacity = ClientError(
+        {"Error": {"Code": "InsufficientInstanceCapacity", "Message": "none left"}},
+        "RunInstances",
+    )
+    assert error_message(capacity) == "InsufficientInstanceCapacity: none left"
+
+
+def test_up_without_credentials_says_how_to_give_them(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "BOTO"))} | {
+        "LAUNCHER_HOME": str(tmp_path / "home"),
+        "HOME": str(tmp_path),
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",  # never ask a metadata address
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",  # nothing leaves this machine
+    }
+    config = Path(__file__).resolve().parents[1] / "example-configs" / "aws-minimal.yaml"
+    result = subprocess.run(
+        [sys.executable, "-m", "launcher", "up", "-y", str(config)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "Unable to locate credentials" in lines[0] and "aws configure" in lines[0]
+    assert not (tmp_path / "home" / "keys").exists()  # nothing made on the way

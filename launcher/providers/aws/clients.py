@@ -54,13 +54,40 @@ def error_code(exc: BaseException) -> str:
     return ""
 
 
+# What to do about errors that are the caller's setup, not the request's.
+_FIXES = {
+    "NoCredentialsError": "give boto3 credentials: `aws configure`, AWS_PROFILE, or "
+    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+    "PartialCredentialsError": "the credentials found are incomplete; check `aws configure "
+    "list` and the AWS_* environment variables",
+    "ProfileNotFound": "name a profile from ~/.aws/config in AWS_PROFILE, or unset it",
+    "SSOTokenLoadError": "run `aws sso login` for this profile",
+    "UnauthorizedSSOTokenError": "run `aws sso login` for this profile",
+    "TokenRetrievalError": "run `aws sso login` for this profile",
+    "EndpointConnectionError": "check this machine's network access to AWS and the region name",
+    "ExpiredToken": "the session credentials expired; refresh them (e.g. `aws sso login`)",
+    "ExpiredTokenException": "the session credentials expired; refresh them",
+    "RequestExpired": "the session credentials expired or this machine's clock is wrong",
+    "AuthFailure": "AWS did not accept the credentials; check `aws sts get-caller-identity`",
+    "InvalidClientTokenId": "AWS did not accept the access key; check `aws configure list`",
+    "UnauthorizedOperation": "the credentials' IAM policy does not allow this call; see the "
+    "README's AWS permissions",
+    "AccessDenied": "the credentials' IAM policy does not allow this call; see the README's "
+    "AWS permissions",
+}
+
+
 def error_message(exc: BaseException) -> str:
+    """What went wrong, in AWS's words, and what to do when it is the caller's setup."""
     response = getattr(exc, "response", None)
+    text = str(exc)
+    fix = _FIXES.get(type(exc).__name__)
     if isinstance(response, dict):
         message = response.get("Error", {}).get("Message")
         if message:
-            return f"{error_code(exc)}: {message}"
-    return str(exc)
+            text = f"{error_code(exc)}: {message}"
+        fix = _FIXES.get(error_code(exc), fix)
+    return f"{text} ({fix})" if fix else text
 
 
 def is_capacity(exc: BaseException) -> bool:

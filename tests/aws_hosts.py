@@ -6,13 +6,14 @@ from __future__ import annotations
 import ipaddress
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
     from tests.aws_fake import InstanceView, MotoServer
+    from tests.ssh_hosts import IsolatedHost
 
 LOOPBACK_NET = ipaddress.ip_network("127.16.0.0/16")
 
@@ -26,7 +27,9 @@ class InstanceHosts:
     A host lets root in with the public key of the instance's KeyName as moto holds it
     (so a key pair the code under test created or imported works), plus `extra_keys`; its
     /root/.aws sends boto3 to the server with the fake credentials, and names the instance
-    as the caller (`Call.origin`). A thread polls the backend every `poll` seconds.
+    as the caller (`Call.origin`). `on_boot`, if given, is called with each new host before
+    it first boots (to install what the machine's image would have). A thread polls the
+    backend every `poll` seconds.
 
     `started` lists every (instance id, IP) a host was started on; `outside` the running
     instances never hosted because their IP is outside `network` (e.g. moto's 10.x when
@@ -40,6 +43,7 @@ class InstanceHosts:
         boot_delay: float = 0.0,
         network: ipaddress.IPv4Network | ipaddress.IPv6Network = LOOPBACK_NET,
         poll: float = 0.2,
+        on_boot: Callable[[IsolatedHost], None] | None = None,
     ) -> None:
         from tests.ssh_hosts import isolation_unavailable
 
@@ -51,6 +55,7 @@ class InstanceHosts:
         self.boot_delay = boot_delay
         self.network = network
         self.poll = poll
+        self.on_boot = on_boot
         self.started: list[tuple[str, str]] = []
         self.outside: set[tuple[str, str | None]] = set()
         self.errors: list[BaseException] = []
@@ -186,6 +191,8 @@ class InstanceHosts:
             assert view.private_ip is not None
             host = IsolatedHost(view.private_ip, "".join(k.strip() + "\n" for k in keys))
             self.server.write_aws_files(host.home / ".aws", app_id=view.id)
+            if self.on_boot is not None:
+                self.on_boot(host)
             with self._lock:
                 self._hosts[view.id] = host
         self.started.append((view.id, host.ip))

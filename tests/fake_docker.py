@@ -23,8 +23,15 @@ test's Python and Ray: the "image" ships them) and its shell rc files put that P
 after a login shell's /etc/profile. `-v SRC:DST` mounts under the container's home become
 symlinks to SRC. Processes started by `exec` carry FAKE_DOCKER_CONTAINER=NAME in their
 environment, and `stop`/`rm` kill every process that does, as an engine ends a container's
-processes. The container's home is emptied when it is removed, as a new container starts
-from the image. One container at a time per host (they would share the home).
+processes. A container stops with its machine: one started in an earlier boot of the host
+(another PID namespace: each boot of a tests/ssh_hosts.py host has its own) is reported
+exited, as docker reports a container without a restart policy after a reboot. A container
+on the host's network (`--net=host`) reaches what the host reaches, on EC2 the instance
+metadata service and its credentials; the AWS test hosts stand that in with AWS_* variables
+naming files on the host (tests/test_aws_containers.py), so `run` passes the caller's AWS_*
+variables into such a container's environment. The container's home is emptied when it is
+removed, as a new container starts from the image. One container at a time per host (they
+would share the home).
 
 State lives in $FAKE_DOCKER_ROOT, else `fake-docker` in the user's home directory from the
 password database (not $HOME, which is the container's inside one). Every invocation is
@@ -103,6 +110,8 @@ class Engine:
         if not path.exists():
             raise Refused(f"Error: No such container: {name}")
         data: dict[str, Any] = json.loads(path.read_text())
+        if data["running"] and data.get("boot") != _boot():  # the machine restarted since
+            data.update(running=False, status="exited")
         return data
 
     def save(self, record: dict[str, Any]) -> None:
@@ -182,11 +191,14 @@ class Engine:
                 "image": image,
                 "options": [[k, v] for k, v in options],
                 "labels": dict(_pair(v) for k, v in options if k in ("--label", "-l")),
-                "env": image_env + [v for k, v in options if k in ("-e", "--env")],
+                "env": image_env
+                + _host_network_env(options)
+                + [v for k, v in options if k in ("-e", "--env")],
                 "mounts": mounts,
                 "command": command,
                 "running": True,
                 "status": "running",
+                "boot": _boot(),
             }
             self.save(record)
         print(record["id"])
@@ -267,6 +279,18 @@ class Engine:
             shutil.rmtree(self.home, ignore_errors=True)
         print(name)
         return 0
+
+
+def _host_network_env(options: list[tuple[str, str]]) -> list[str]:
+    """The caller's AWS_* variables if the container shares the host's network."""
+    if not any(k in ("--net", "--network") and v == "host" for k, v in options):
+        return []
+    return [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("AWS_")]
+
+
+def _boot() -> str:
+    """This boot of the machine: its PID namespace."""
+    return os.readlink("/proc/self/ns/pid")
 
 
 def _one(args: list[str], usage: str) -> str:

@@ -47,9 +47,8 @@ from launcher.runners.container import (
 from launcher.runners.local import LocalProcessRunner
 from launcher.updater.hashing import node_hashes
 from tests.conftest import RAY_EXAMPLES, run_cli
+from tests.container_hosts import FAKE_DOCKER, calls, containers_on, engine_calls, equip
 from tests.ssh_hosts import IsolatedHost, isolated_hosts, make_key
-
-FAKE_DOCKER = Path(__file__).resolve().parent / "fake_docker.py"
 
 BASE = """
 cluster_name: boxes
@@ -251,12 +250,6 @@ def engine(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
         subprocess.run([str(bin_dir / "docker"), "rm", "-f", record.stem], env=env, check=False)
 
 
-def calls(root: Path) -> list[list[str]]:
-    log = root / "calls.log"
-    lines = log.read_text().splitlines() if log.exists() else []
-    return [json.loads(line)["argv"] for line in lines]
-
-
 def _host(tmp_path: Path, env: dict[str, str]) -> LocalProcessRunner:
     home = tmp_path / "host-home"
     home.mkdir(exist_ok=True)
@@ -338,41 +331,6 @@ def _alive(pid: int) -> bool:
 # -- end to end: isolated SSH hosts, real Ray, the stand-in engine ------------------------------
 HEAD_IP, WORKER_IP, SMALL_IP = "127.0.6.60", "127.0.6.61", "127.0.6.62"
 needs_sshd = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")
-
-
-def equip(host: IsolatedHost, key: Path | None = None) -> None:
-    """Make `host` a machine with a container engine (the stand-in) on its PATH, whose Ray
-    finds its own address, and, given `key`, that key in its ~/.ssh."""
-    bin_dir = host.home / "bin"
-    bin_dir.mkdir()
-    for name in ("docker", "podman"):
-        (bin_dir / name).symlink_to(FAKE_DOCKER)
-    # These machines share one network: Ray on each is told its address and given a
-    # dashboard agent port of its own (on a machine of its own it finds both by itself).
-    ray = shlex.quote(str(Path(sys.executable).parent / "ray"))
-    port = 52000 + int(host.ip.rsplit(".", 1)[1])
-    flags = f"--node-ip-address={host.ip} --dashboard-agent-listen-port={port}"
-    (bin_dir / "ray").write_text(
-        f'#!/bin/sh\nif [ "$1" = start ]; then shift; exec {ray} start {flags} "$@"; fi\n'
-        f'exec {ray} "$@"\n'
-    )
-    (bin_dir / "ray").chmod(0o755)
-    for rc in (".profile", ".bashrc"):
-        with (host.home / rc).open("a") as out:
-            out.write("PATH=/root/bin:$PATH; export PATH\n")
-    if key is not None:
-        ssh = host.home / ".ssh"
-        ssh.mkdir(mode=0o700)
-        (ssh / "id_ed25519").write_bytes(key.read_bytes())
-        (ssh / "id_ed25519").chmod(0o600)
-
-
-def engine_calls(host: IsolatedHost) -> list[list[str]]:
-    return calls(host.path("~/fake-docker"))
-
-
-def containers_on(host: IsolatedHost) -> list[str]:
-    return sorted(p.stem for p in host.path("~/fake-docker/containers").glob("*.json"))
 
 
 def launcher(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -24,14 +24,14 @@ after a login shell's /etc/profile. `-v SRC:DST` mounts under the container's ho
 symlinks to SRC. Processes started by `exec` carry FAKE_DOCKER_CONTAINER=NAME in their
 environment, and `stop`/`rm` kill every process that does, as an engine ends a container's
 processes. A container stops with its machine: one started in an earlier boot of the host
-(another PID namespace: each boot of a tests/ssh_hosts.py host has its own) is reported
-exited, as docker reports a container without a restart policy after a reboot. A container
-on the host's network (`--net=host`) reaches what the host reaches, on EC2 the instance
-metadata service and its credentials; the AWS test hosts stand that in with AWS_* variables
-naming files on the host (tests/test_aws_containers.py), so `run` passes the caller's AWS_*
-variables into such a container's environment. The container's home is emptied when it is
-removed, as a new container starts from the image. One container at a time per host (they
-would share the home).
+(another PID 1: each boot of a tests/ssh_hosts.py host has a PID namespace of its own) is
+reported exited, as docker reports a container without a restart policy after a reboot. A
+container on the host's network (`--net=host`) reaches what the host reaches, on EC2 the
+instance metadata service and its credentials; the AWS test hosts stand that in with AWS_*
+variables naming files on the host (tests/test_aws_containers.py), so `run` passes the
+caller's AWS_* variables into such a container's environment. The container's home is emptied
+when it is removed, as a new container starts from the image. One container at a time per
+host (they would share the home).
 
 State lives in $FAKE_DOCKER_ROOT, else `fake-docker` in the user's home directory from the
 password database (not $HOME, which is the container's inside one). Every invocation is
@@ -289,8 +289,10 @@ def _host_network_env(options: list[tuple[str, str]]) -> list[str]:
 
 
 def _boot() -> str:
-    """This boot of the machine: its PID namespace."""
-    return os.readlink("/proc/self/ns/pid")
+    """This boot of the machine: its PID namespace and when its PID 1 started (the kernel
+    reuses a gone namespace's number)."""
+    started = Path("/proc/1/stat").read_text().rsplit(")", 1)[1].split()[19]
+    return f"{os.readlink('/proc/self/ns/pid')} {started}"
 
 
 def _one(args: list[str], usage: str) -> str:

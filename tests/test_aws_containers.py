@@ -2,7 +2,8 @@
 container) end to end: the launcher CLI against moto's EC2/IAM server, each instance in a
 loopback VPC a real SSH host (tests/aws_hosts.py `InstanceHosts`) with the stand-in container
 engine (tests/fake_docker.py, installed by tests/container_hosts.py `equip`), and real Ray in
-the "containers". The head's autoscaler runs in the head's container and launches the worker.
+the "containers". The head's autoscaler runs in the head's container and launches the worker,
+and starts it again, in a new container, when its machine stops (cache_stopped_nodes).
 
 The example is read as published and changed only where this machine needs it; `example_full`
 makes the changes and fails if anything else differs:
@@ -300,6 +301,31 @@ def test_second_up_reruns_nothing(example: Example) -> None:
         assert containers_on(host) == ["ray_container"]
         ray = {p: n for p, n in processes.items() if n in ("gcs_server", "raylet")}
         assert ray and ray.items() <= container_processes(host).items(), host.ip  # not restarted
+
+
+def test_a_worker_stopped_and_started_again_gets_a_new_container(example: Example) -> None:
+    """The machine of a worker stops (cache_stopped_nodes keeps it): the head's autoscaler
+    starts it again for min_workers, and its container, exited with the machine, is
+    replaced."""
+    (worker,) = example.live(WORKER)
+    host = example.host(worker)
+    before = len(engine_calls(host))
+    example.server.client("ec2").stop_instances(InstanceIds=[worker["InstanceId"]])
+    example.hosts.wait_gone(worker["InstanceId"])
+
+    def set_up_again() -> bool:
+        (now,) = example.live(WORKER)
+        return (
+            now["State"]["Name"] == "running"
+            and any(c[0] == "run" for c in engine_calls(host)[before:])
+            and tag(now, "launcher-node-status") == "up-to-date"
+        )
+
+    wait_for(set_up_again, 120, "the stopped worker to be started and set up again")
+    assert [w["InstanceId"] for w in example.live(WORKER)] == [worker["InstanceId"]]
+    new = [c[:2] for c in engine_calls(host)[before:] if c[0] in ("rm", "run")]
+    assert new == [["rm", "-f"], ["run", "-d"]], new
+    assert "raylet" in container_processes(host).values()
 
 
 def test_down_ends_the_containers_and_terminates_every_instance(example: Example) -> None:

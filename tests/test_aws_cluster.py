@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from tests.aws_fake import (
     interrupt_spot,
     loopback_vpc,
 )
+from tests.aws_faults import Call
 from tests.ssh_hosts import COUNT_NODES, isolation_unavailable, ray_start_commands
 
 pytestmark = pytest.mark.skipif(
@@ -113,6 +115,10 @@ def tag(instance: dict[str, Any], key: str) -> str | None:
     return next((t["Value"] for t in instance.get("Tags", ()) if t["Key"] == key), None)
 
 
+def status_of(instance: dict[str, Any], status: str) -> bool:
+    return tag(instance, "launcher-node-status") == status
+
+
 def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -187,14 +193,23 @@ def test_a_reclaimed_spot_worker_is_replaced_by_its_fallback(aws: AwsCluster) ->
         try:
             wait_for(
                 lambda: any(
-                    tag(i, "launcher-node-status") == "up-to-date" for i in aws.of_type("ondemand")
+                    status_of(i, "failed") or status_of(i, "up-to-date")
+                    for i in aws.of_type("ondemand")
                 ),
                 180,
                 "an on-demand worker standing in for the reclaimed spot worker",
             )
+            assert not any(status_of(i, "failed") for i in aws.of_type("ondemand"))
         except AssertionError as failed:
             log = aws.run("monitor", "--no-follow", "--lines", "60", str(aws.path)).stdout
-            raise AssertionError(f"{failed}; the head's autoscaler said:\n{log}") from None
+            head = next(i for i in aws.instances() if tag(i, "launcher-node-kind") == "head")
+            known = aws.hosts.host(head["InstanceId"]).path(
+                "~/.launcher/clusters/aws-e2e/known_hosts"
+            )
+            raise AssertionError(
+                f"{failed}; the head's autoscaler said:\n{log}\nits known_hosts:\n"
+                f"{known.read_text() if known.exists() else '(none)'}"
+            ) from None
     finally:
         aws.server.faults.clear()
     replacement = aws.of_type("ondemand")[0]
@@ -240,3 +255,58 @@ def test_submit_then_down_leaves_no_instance(aws: AwsCluster, tmp_path: Path) ->
     down = aws.run("down", "-y", str(aws.path))
     assert down.returncode == 0, down.stdout + down.stderr
     assert "Nothing to take down" in down.stdout
+
+
+def test_down_catches_the_late_launch_of_an_autoscaler_it_had_to_kill(
+    aws: AwsCluster,
+) -> None:
+    """The head's autoscaler is inside a RunInstances call that EC2 carries out late; `down`
+    kills it when it does not stop in time (here after 1 s), then watches for what the
+    call still makes and terminates it."""
+    up = aws.run("up", "-y", str(aws.path))  # the test before took the cluster down
+    assert up.returncode == 0, up.stdout + up.stderr
+    head = next(i for i in aws.instances() if tag(i, "launcher-node-kind") == "head")
+    arrived = threading.Event()
+
+    def from_head(call: Call) -> bool:
+        if call.origin != head["InstanceId"]:
+            return False
+        arrived.set()
+        return True
+
+    def launched() -> int:
+        return sum(c.call.origin == head["InstanceId"] for c in aws.server.calls("RunInstances"))
+
+    earlier = launched()
+    aws.server.faults.add("RunInstances", when=from_head, delay=15.0, times=1)
+    try:
+        more = "import ray; ray.init(); from ray.autoscaler.sdk import request_resources; "
+        asked = aws.run("exec", str(aws.path), f"python -c '{more}request_resources(num_cpus=3)'")
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        assert arrived.wait(120), "the autoscaler never launched for the requested CPUs"
+        before = {i["InstanceId"] for i in aws.instances()}
+        env = {**aws.env, "LAUNCHER_AUTOSCALER_STOP_WAIT_S": "1"}
+        down = subprocess.run(
+            [sys.executable, "-m", "launcher", "down", "-y", str(aws.path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        aws.server.faults.clear()
+    out = down.stdout + down.stderr
+    assert down.returncode == 0, out
+    assert "was killed" in out, out
+    wait_for(lambda: launched() > earlier, 60, "the delayed launch to be carried out")
+    late = [
+        i
+        for i in aws.instances(
+            "pending", "running", "stopping", "stopped", "shutting-down", "terminated"
+        )
+        if i["InstanceId"] not in before
+    ]
+    assert late, "the delayed launch made nothing"
+    assert all(i["State"]["Name"] in ("shutting-down", "terminated") for i in late), late
+    assert aws.instances() == []

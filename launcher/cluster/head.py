@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import enum
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +17,7 @@ from launcher.autoscaler.spec import (
     AutoscalerSpec,
 )
 from launcher.config.model import ClusterConfig
-from launcher.errors import LauncherError, NoClusterError
+from launcher.errors import LauncherError, NoClusterError, UsageError
 from launcher.paths import node_log
 from launcher.providers.base import Node, NodeProvider, NodeStatus
 from launcher.providers.factory import make_provider
@@ -119,17 +121,38 @@ def ensure_daemon(session: HeadSession, spec: AutoscalerSpec, python: str) -> st
 # The autoscaler exits once the cloud has answered its launches in flight. Killed in the
 # middle of one, it would let the cloud make instances after `down` has listed the nodes:
 # so it is given as long as one call may take (the SDKs' read timeouts are about a minute).
-STOP_WAIT_S = 90
+# LAUNCHER_AUTOSCALER_STOP_WAIT_S changes it.
+STOP_WAIT_S = 90.0
 
 
-def stop_daemon(session: HeadSession) -> bool:
-    """Stop the autoscaler and wait for it to exit. Returns whether one was running."""
+class DaemonStop(enum.Enum):
+    NOT_RUNNING = "not running"
+    STOPPED = "stopped"  # exited by itself once asked
+    KILLED = "killed"  # did not exit in time: a launch it had in flight may still land
+
+
+def stop_wait_s() -> float:
+    value = os.environ.get("LAUNCHER_AUTOSCALER_STOP_WAIT_S", "")
+    try:
+        return max(0.0, float(value)) if value else STOP_WAIT_S
+    except ValueError:
+        raise UsageError(
+            f"LAUNCHER_AUTOSCALER_STOP_WAIT_S={value!r} is not a number of seconds"
+        ) from None
+
+
+def stop_daemon(session: HeadSession) -> DaemonStop:
+    """Stop the autoscaler and wait for it to exit (killing it after `stop_wait_s()`)."""
+    tenths = max(1, round(stop_wait_s() * 10))
     stop = (
         f"test -f {PID_FILE} || exit 3; pid=$(cat {PID_FILE}); kill $pid 2>/dev/null || exit 3; "
-        f"for i in $(seq {STOP_WAIT_S * 10}); do kill -0 $pid 2>/dev/null || exit 0; "
-        "sleep 0.1; done; kill -9 $pid 2>/dev/null; exit 0"
+        f"for i in $(seq {tenths}); do kill -0 $pid 2>/dev/null || exit 0; "
+        "sleep 0.1; done; kill -9 $pid 2>/dev/null; exit 4"
     )
-    return session.runner.run(stop, session.env).exit_code == 0
+    code = session.runner.run(stop, session.env).exit_code
+    if code == 4:
+        return DaemonStop.KILLED
+    return DaemonStop.STOPPED if code == 0 else DaemonStop.NOT_RUNNING
 
 
 def monitor_command(lines: int, follow: bool) -> str:

@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.autoscaler.spec import AutoscalerSpec
-from launcher.cluster.head import HeadSession, connect, ensure_daemon, stop_daemon
+from launcher.cluster.head import (
+    DaemonStop,
+    HeadSession,
+    connect,
+    ensure_daemon,
+    stop_daemon,
+    stop_wait_s,
+)
 from launcher.cluster.install import install_on_head, place_ssh_access
 from launcher.cluster.lock import ClusterLock
 from launcher.config.loader import Overrides, parse_config, read_config_file
@@ -220,25 +227,61 @@ def down(
             f"Terminate {len(targets)} node(s) of cluster {config.cluster_name}?"
         ):
             raise LauncherError("cancelled; nothing was terminated")
-        stopped = False
+        daemon = DaemonStop.NOT_RUNNING
         if not workers_only:
-            stopped = _stop_autoscaler(config, provider)
-            if stopped:
+            daemon = _stop_autoscaler(config, provider)
+            if daemon is not DaemonStop.NOT_RUNNING:
                 # It may have launched nodes since the listing above: list again.
                 nodes = provider.nodes()
                 targets = _down_targets(config, nodes, workers_only, keep_min_workers)
-        for node in targets:
-            events(NodeProgress(node.id, node.kind.value, node.node_type, node.ip, "terminating"))
-        provider.terminate_nodes([n.id for n in targets])
-        left = {n.id for n in provider.nodes()} & {n.id for n in targets}
-        if left:
-            raise LauncherError(f"nodes still present after terminating: {', '.join(left)}")
+        _terminate(provider, targets, events)
+        if daemon is DaemonStop.KILLED:
+            targets += _terminate_late_arrivals(provider, {n.id for n in targets}, events)
         removed: list[str] = []
         if not workers_only:
             removed = provider.cleanup(purge=purge)
     if not workers_only:
         _remove_cluster_dir(config.cluster_name)
-    return DownResult(tuple(n.id for n in targets), tuple(removed), stopped)
+    return DownResult(
+        tuple(n.id for n in targets), tuple(removed), daemon is not DaemonStop.NOT_RUNNING
+    )
+
+
+def _terminate(provider: NodeProvider, targets: Sequence[Node], events: EventSink) -> None:
+    for node in targets:
+        events(NodeProgress(node.id, node.kind.value, node.node_type, node.ip, "terminating"))
+    provider.terminate_nodes([n.id for n in targets])
+    left = {n.id for n in provider.nodes()} & {n.id for n in targets}
+    if left:
+        raise LauncherError(f"nodes still present after terminating: {', '.join(left)}")
+
+
+# How long `down` watches for nodes after it had to kill the autoscaler: a launch call it
+# had in flight may still be carried out that long after (the SDKs' read timeout).
+LATE_LAUNCH_WATCH_S = 60.0
+LATE_LAUNCH_POLL_S = 5.0
+
+
+def _terminate_late_arrivals(
+    provider: NodeProvider, known: set[str], events: EventSink
+) -> list[Node]:
+    events(
+        Message(
+            f"the autoscaler did not stop within {stop_wait_s():g} s and was killed; watching "
+            f"{LATE_LAUNCH_WATCH_S:g} s for instances a launch it had in flight may still make",
+            "warning",
+        )
+    )
+    found: list[Node] = []
+    deadline = time.monotonic() + LATE_LAUNCH_WATCH_S
+    while time.monotonic() < deadline:
+        time.sleep(min(LATE_LAUNCH_POLL_S, max(0.0, deadline - time.monotonic())))
+        late = [n for n in provider.nodes() if n.id not in known]
+        if late:
+            known.update(n.id for n in late)
+            found += late
+            _terminate(provider, late, events)
+    return found
 
 
 def _down_targets(
@@ -260,11 +303,11 @@ def _down_targets(
     return targets
 
 
-def _stop_autoscaler(config: ClusterConfig, provider: NodeProvider) -> bool:
+def _stop_autoscaler(config: ClusterConfig, provider: NodeProvider) -> DaemonStop:
     try:
         session: HeadSession = connect(config, provider)
     except NoClusterError:
-        return False
+        return DaemonStop.NOT_RUNNING
     return stop_daemon(session)
 
 

@@ -13,8 +13,7 @@ import os
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,8 @@ from tests.aws_fake import (
     MotoServer,
     interrupt_spot,
     loopback_vpc,
+    tag,
+    wait_for,
 )
 from tests.aws_faults import Call
 from tests.ssh_hosts import COUNT_NODES, isolation_unavailable, ray_start_commands
@@ -111,20 +112,8 @@ class AwsCluster:
         return [i for i in self.instances() if tag(i, "launcher-node-type") == node_type]
 
 
-def tag(instance: dict[str, Any], key: str) -> str | None:
-    return next((t["Value"] for t in instance.get("Tags", ()) if t["Key"] == key), None)
-
-
 def status_of(instance: dict[str, Any], status: str) -> bool:
     return tag(instance, "launcher-node-status") == status
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")

@@ -38,8 +38,7 @@ import os
 import shlex
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.aws_fake import InstanceHosts, MotoServer, loopback_vpc
+from tests.aws_fake import InstanceHosts, MotoServer, loopback_vpc, tag, wait_for
 from tests.conftest import RAY_EXAMPLES
 from tests.container_hosts import FAKE_DOCKER, containers_on, engine_calls, equip
 from tests.ssh_hosts import COUNT_NODES, NAMESPACES, IsolatedHost, isolation_unavailable
@@ -170,18 +169,6 @@ class Example:
     def host(self, instance: dict[str, Any]) -> IsolatedHost:
         found: IsolatedHost = self.hosts.wait_for(instance["InstanceId"])
         return found
-
-
-def tag(instance: dict[str, Any], key: str) -> str | None:
-    return next((t["Value"] for t in instance.get("Tags", ()) if t["Key"] == key), None)
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.5)
 
 
 def container_processes(host: IsolatedHost) -> dict[str, str]:

@@ -582,11 +582,3 @@ def interrupt_spot(
 def tag(instance: Mapping[str, Any], key: str) -> str | None:
     """The value of tag `key` on an instance as DescribeInstances gives it."""
     return next((t["Value"] for t in instance.get("Tags", ()) if t["Key"] == key), None)
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.5)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import signal
 import subprocess
 import sys
@@ -93,3 +95,26 @@ def env_with(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra)
     return env
+
+
+def on_terminal(args: list[str], env: dict[str, str], typed: bytes) -> tuple[str, int]:
+    """Run the launcher with `args` on a pseudo-terminal, type `typed` into it, and return
+    what the terminal showed (within 60 s) and the exit code."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the launcher on a terminal
+        os.execve(sys.executable, [sys.executable, "-m", "launcher", *args], env)
+    os.write(fd, typed)
+    output = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 1)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+    _, status = os.waitpid(pid, 0)
+    return output.decode(errors="replace"), os.waitstatus_to_exitcode(status)

@@ -28,9 +28,9 @@ from tests.aws_fake import (
     interrupt_spot,
     loopback_vpc,
     tag,
-    wait_for,
 )
 from tests.aws_faults import Call
+from tests.cluster_helpers import wait_for
 from tests.ssh_hosts import COUNT_NODES, isolation_unavailable, ray_start_commands
 
 pytestmark = pytest.mark.skipif(

@@ -46,7 +46,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.aws_fake import InstanceHosts, MotoServer, loopback_vpc, tag, wait_for
+from tests.aws_fake import InstanceHosts, MotoServer, loopback_vpc, tag
+from tests.cluster_helpers import wait_for
 from tests.conftest import RAY_EXAMPLES
 from tests.container_hosts import FAKE_DOCKER, containers_on, engine_calls, equip
 from tests.ssh_hosts import COUNT_NODES, NAMESPACES, IsolatedHost, isolation_unavailable

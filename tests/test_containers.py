@@ -15,8 +15,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import pty
-import select
 import shlex
 import signal
 import subprocess
@@ -46,6 +44,7 @@ from launcher.runners.container import (
 )
 from launcher.runners.local import LocalProcessRunner
 from launcher.updater.hashing import node_hashes
+from tests.cluster_helpers import on_terminal
 from tests.conftest import RAY_EXAMPLES, run_cli
 from tests.container_hosts import FAKE_DOCKER, calls, containers_on, engine_calls, equip
 from tests.ssh_hosts import IsolatedHost, isolated_hosts, make_key
@@ -457,29 +456,10 @@ def test_exec_and_rsync_reach_into_the_head_container(example: Example, tmp_path
 
 @needs_sshd
 def test_attach_opens_a_shell_in_the_head_container(example: Example) -> None:
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: the launcher on a terminal
-        os.execve(
-            sys.executable,
-            [sys.executable, "-m", "launcher", "attach", str(example.path)],
-            example.env,
-        )
-    os.write(fd, b"echo in-$HOME-$((6 * 7)); exit 3\n")
-    output = b""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 1)
-        if ready:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            output += chunk
-    _, status = os.waitpid(pid, 0)
-    assert "in-/root/fake-docker/home-42" in output.decode(errors="replace")
-    assert os.waitstatus_to_exitcode(status) == 3
+    typed = b"echo in-$HOME-$((6 * 7)); exit 3\n"
+    output, code = on_terminal(["attach", str(example.path)], example.env, typed)
+    assert "in-/root/fake-docker/home-42" in output
+    assert code == 3
     assert any(c[:2] == ["exec", "-it"] for c in engine_calls(example.head))
 
 

@@ -8,8 +8,6 @@ subprocess); the autoscaler runs on the head from the wheel `up` installs there.
 from __future__ import annotations
 
 import os
-import pty
-import select
 import signal
 import subprocess
 import sys
@@ -24,6 +22,7 @@ import pytest
 from launcher.cluster.lifecycle import UpOptions, up
 from launcher.config.loader import Overrides
 from launcher.errors import ProviderError
+from tests.cluster_helpers import on_terminal
 from tests.ssh_hosts import COUNT_NODES, IsolatedHost, isolated_hosts, make_key, ray_start_commands
 
 pytestmark = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")
@@ -167,29 +166,10 @@ def test_changed_mounts_reach_every_node_without_setup(cluster: Cluster) -> None
 
 
 def test_attach_opens_a_shell_on_the_head(cluster: Cluster) -> None:
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: the launcher on a terminal
-        os.execve(
-            sys.executable,
-            [sys.executable, "-m", "launcher", "attach", str(cluster.path)],
-            cluster.env,
-        )
-    os.write(fd, b"echo on-$LAUNCHER_NODE_IP-$((6 * 7)); exit 3\n")
-    output = b""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 1)
-        if ready:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            output += chunk
-    _, status = os.waitpid(pid, 0)
-    assert f"on-{HEAD_IP}-42" in output.decode(errors="replace")
-    assert os.waitstatus_to_exitcode(status) == 3
+    typed = b"echo on-$LAUNCHER_NODE_IP-$((6 * 7)); exit 3\n"
+    output, code = on_terminal(["attach", str(cluster.path)], cluster.env, typed)
+    assert f"on-{HEAD_IP}-42" in output
+    assert code == 3
 
 
 def test_port_forward_reaches_a_port_on_the_head(cluster: Cluster) -> None:

@@ -212,13 +212,18 @@ class SSHRunner:
                 return self._run_once(line, timeout, echo)
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 last = exc
-                self.close()
-                self._log(
-                    f"(connection to {self.target} lost: {_why(exc)}; "
-                    f"attempt {attempt} of {COMMAND_ATTEMPTS})\n"
-                )
-                time.sleep(min(2.0**attempt, 10.0))
+                self._dropped(attempt, exc, "")
         return CommandResult(255, f"connection to {self.target} kept dropping: {_why(last)}")
+
+    def _dropped(self, attempt: int, exc: BaseException | None, during: str) -> None:
+        """The connection dropped in attempt `attempt`: close it, say so in the node's log,
+        and wait before the next attempt."""
+        self.close()
+        self._log(
+            f"(connection to {self.target} lost{during}: {_why(exc)}; "
+            f"attempt {attempt} of {COMMAND_ATTEMPTS})\n"
+        )
+        time.sleep(_backoff_s(attempt))
 
     def _run_in_terminal(self, line: str) -> CommandResult:
         """The command on this terminal (a shell, tmux), through the OpenSSH client with the
@@ -248,7 +253,7 @@ class SSHRunner:
                 self.close()
                 if attempt == COMMAND_ATTEMPTS:
                     raise OSError(f"ssh {self.target}: {_why(exc)}") from exc
-                time.sleep(min(2.0**attempt, 10.0))
+                time.sleep(_backoff_s(attempt))
         raise AssertionError("unreachable")
 
     def _run_once(self, line: str, timeout: float | None, echo: OutputSink | None) -> CommandResult:
@@ -378,12 +383,7 @@ class SSHRunner:
                     if isinstance(exc, OSError) and transport is not None and transport.is_active():
                         raise
                     last = exc
-            self.close()
-            self._log(
-                f"(connection to {self.target} lost while copying: {_why(last)}; "
-                f"attempt {attempt} of {COMMAND_ATTEMPTS})\n"
-            )
-            time.sleep(min(2.0**attempt, 10.0))
+            self._dropped(attempt, last, " while copying")
         raise OSError(f"ssh {self.target}: the connection kept dropping: {_why(last)}")
 
     def _sftp_session(self) -> paramiko.SFTPClient:
@@ -447,6 +447,11 @@ class _RecordFirstContact(paramiko.MissingHostKeyPolicy):
     ) -> None:
         self.known_hosts.record(hostname, key, self.node)
         client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+def _backoff_s(attempt: int) -> float:
+    """The wait after a connection dropped in attempt `attempt` (1, 2, ...)."""
+    return min(2.0**attempt, 10.0)
 
 
 def _why(exc: BaseException | None) -> str:

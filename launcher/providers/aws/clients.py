@@ -55,25 +55,26 @@ def error_code(exc: BaseException) -> str:
 
 
 # What to do about errors that are the caller's setup, not the request's.
+_SSO_LOGIN = "run `aws sso login` for this profile"
+_EXPIRED = "the session credentials expired; refresh them (e.g. `aws sso login`)"
+_POLICY = "the credentials' IAM policy does not allow this call; see the README's AWS permissions"
 _FIXES = {
     "NoCredentialsError": "give boto3 credentials: `aws configure`, AWS_PROFILE, or "
     "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
     "PartialCredentialsError": "the credentials found are incomplete; check `aws configure "
     "list` and the AWS_* environment variables",
     "ProfileNotFound": "name a profile from ~/.aws/config in AWS_PROFILE, or unset it",
-    "SSOTokenLoadError": "run `aws sso login` for this profile",
-    "UnauthorizedSSOTokenError": "run `aws sso login` for this profile",
-    "TokenRetrievalError": "run `aws sso login` for this profile",
+    "SSOTokenLoadError": _SSO_LOGIN,
+    "UnauthorizedSSOTokenError": _SSO_LOGIN,
+    "TokenRetrievalError": _SSO_LOGIN,
     "EndpointConnectionError": "check this machine's network access to AWS and the region name",
-    "ExpiredToken": "the session credentials expired; refresh them (e.g. `aws sso login`)",
-    "ExpiredTokenException": "the session credentials expired; refresh them",
+    "ExpiredToken": _EXPIRED,
+    "ExpiredTokenException": _EXPIRED,
     "RequestExpired": "the session credentials expired or this machine's clock is wrong",
     "AuthFailure": "AWS did not accept the credentials; check `aws sts get-caller-identity`",
     "InvalidClientTokenId": "AWS did not accept the access key; check `aws configure list`",
-    "UnauthorizedOperation": "the credentials' IAM policy does not allow this call; see the "
-    "README's AWS permissions",
-    "AccessDenied": "the credentials' IAM policy does not allow this call; see the README's "
-    "AWS permissions",
+    "UnauthorizedOperation": _POLICY,
+    "AccessDenied": _POLICY,
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from launcher.autoscaler.demand import RayNode
 from launcher.autoscaler.minimum import broken_workers
 from launcher.autoscaler.observe import planner_settings
@@ -142,3 +144,18 @@ def test_a_worker_whose_ray_node_is_dead_in_the_gcs_is_replaced() -> None:
     broken = broken_workers(CONFIG, nodes, set(), ray_nodes)
     assert broken == (("w1", "Ray on it stopped (Ray reports the node dead)"),)
     assert broken_workers(CONFIG, nodes, {"w1"}, ray_nodes) == ()  # being set up again
+
+
+def test_the_autoscaler_stop_wait_is_read_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from launcher.cluster.head import STOP_WAIT_S, stop_wait_s
+    from launcher.errors import UsageError
+
+    monkeypatch.delenv("LAUNCHER_AUTOSCALER_STOP_WAIT_S", raising=False)
+    assert stop_wait_s() == STOP_WAIT_S
+    monkeypatch.setenv("LAUNCHER_AUTOSCALER_STOP_WAIT_S", "2.5")
+    assert stop_wait_s() == 2.5
+    monkeypatch.setenv("LAUNCHER_AUTOSCALER_STOP_WAIT_S", "soon")
+    with pytest.raises(UsageError, match="not a number of seconds"):
+        stop_wait_s()

@@ -133,7 +133,9 @@ class MotoServer:
 
     As EC2 does (and moto does not), a terminated instance's private IP goes back to its
     subnet and is the next one handed out there, so a new node often takes over a gone
-    node's address."""
+    node's address. EC2 frees it only once the machine is off: while `InstanceHosts` runs
+    machines for the instances (`hosts_own_addresses`), it frees each address after closing
+    the machine's host, so no new instance shares an address with a live machine."""
 
     def __init__(self, region: str = REGION, port: int = 0) -> None:
         self.region = region
@@ -141,6 +143,7 @@ class MotoServer:
         self.lock = threading.RLock()  # held while moto handles a request
         self.pending_for = 0.0  # seconds new instances stay `pending`
         self.describe_lag = 0.0  # seconds new instances are missing from DescribeInstances
+        self.hosts_own_addresses = False  # set by InstanceHosts: see the class docstring
         self._launched: dict[str, float] = {}  # instance id -> made while describe_lag > 0
         self._port = port
         self._log: list[Logged] = []
@@ -300,6 +303,18 @@ class MotoServer:
             pair = self.ec2_backend(region).key_pairs.get(key_name)
             return pair.material_public.decode() if pair else None
 
+    def free_address(self, instance_id: str) -> None:
+        """Give terminated `instance_id`'s private IP back to its subnet (see the class
+        docstring); a no-op for an instance that is not terminated or not known."""
+        with self.lock:
+            for backend in self._ec2_regions().values():
+                if (instance := backend.get_instance_by_id(instance_id)) is not None:
+                    free_address(backend, instance)
+
+    def _terminated(self, backend: Any, instance: Any) -> None:
+        if not self.hosts_own_addresses:
+            free_address(backend, instance)
+
     def _promote_pending(self) -> None:
         now = time.monotonic()
         for instance_id, ready in list(self._pending.items()):
@@ -393,7 +408,7 @@ class MotoServer:
                 backend = self.ec2_backend(call.region)
                 for key, value in call.params.items():
                     if key.startswith("InstanceId.") and (i := backend.get_instance_by_id(value)):
-                        free_address(backend, i)
+                        self._terminated(backend, i)
             if call.action == "DescribeInstances" and self.describe_lag > 0:
                 return self._hide_recent(call, response)
             return response
@@ -559,7 +574,8 @@ def interrupt_spot(
     server: MotoServer, instance_id: str, hosts: InstanceHosts | None = None
 ) -> None:
     """AWS reclaims spot instance `instance_id`: it is terminated with StateReason
-    Server.SpotInstanceTermination, and (given `hosts`) its host is gone on return."""
+    Server.SpotInstanceTermination. Given `hosts`, its machine goes off first (its host is
+    stopped), so on return its address is free for the next launch in its subnet."""
     from moto.ec2.models.instances import StateReason
 
     with server.lock:
@@ -570,13 +586,20 @@ def interrupt_spot(
             raise ValueError(f"no instance {instance_id}")
         if instance.lifecycle != "spot":
             raise ValueError(f"{instance_id} is not a spot instance: AWS does not reclaim it")
+    if hosts is not None:
+        hosts.hold(instance_id)
+        hosts.wait_gone(instance_id)
+    with server.lock:
         instance.terminate()
-        free_address(instance.ec2_backend, instance)
         code = "Server.SpotInstanceTermination"
         instance.state_reason = StateReason(f"{code}: Spot instance termination", code)
         instance._reason = ""
+        if hosts is None:
+            server._terminated(instance.ec2_backend, instance)
+        else:  # the machine is off
+            free_address(instance.ec2_backend, instance)
     if hosts is not None:
-        hosts.wait_gone(instance_id)
+        hosts.release(instance_id)
 
 
 def tag(instance: Mapping[str, Any], key: str) -> str | None:

@@ -22,7 +22,10 @@ class InstanceHosts:
     """Makes every running moto instance whose private IP is in `network` a real SSH host:
     an `IsolatedHost` (tests/ssh_hosts.py) on that IP, started `boot_delay` seconds after
     the instance is first seen running, stopped when the instance stops (its disk, the
-    host's directory, stays), closed when it is terminated or gone.
+    host's directory, stays), closed when it is terminated or gone. While it runs, a
+    terminated instance's IP goes back to its subnet only once its host is closed (as on
+    EC2, where the address is freed when the machine is off), so a new instance never
+    shares an address with a machine that still answers there.
 
     A host lets root in with the public key of the instance's KeyName as moto holds it
     (so a key pair the code under test created or imported works), plus `extra_keys`; its
@@ -63,6 +66,8 @@ class InstanceHosts:
         self._up: set[str] = set()  # instance ids whose sshd accepts connections
         self._held: set[str] = set()
         self._seen_running: dict[str, float] = {}
+        self._freed: set[str] = set()  # terminated instances whose address was given back
+        server.hosts_own_addresses = True  # until close()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -88,6 +93,9 @@ class InstanceHosts:
             self._up.clear()
         for host in hosts:
             host.close()
+        self.server.hosts_own_addresses = False
+        for view in self.server.instances():
+            self.server.free_address(view.id)
 
     def hold(self, instance_id: str) -> None:
         """From the next pass on, `instance_id` has no SSH host (stopped if it had one), as
@@ -175,6 +183,12 @@ class InstanceHosts:
                 with self._lock:
                     self._up.discard(instance_id)
                 host.stop()
+        with self._lock:
+            hosted = set(self._hosts)
+        for view in views.values():  # machines off: their addresses may go to new instances
+            if view.state == "terminated" and view.id not in hosted | self._freed:
+                self.server.free_address(view.id)
+                self._freed.add(view.id)
         for view in wanted.values():
             self._boot(view)
 

@@ -574,3 +574,30 @@ def test_interrupt_spot_terminates_with_aws_reason_and_takes_the_host_away(
         assert _ids(ec2, **{"state-reason-code": ["Server.SpotInstanceTermination"]}) == {spot}
         hosts.wait_for(on_demand)
         hosts.check()
+
+
+def test_a_terminated_instances_address_goes_to_the_next_launch_once_its_machine_is_off(
+    server: MotoServer, ec2: Any, vpc: LoopbackVpc
+) -> None:
+    subnet = vpc.subnets[0].id
+
+    def launch() -> tuple[str, str]:
+        made = _run(ec2, subnet)[0]
+        return made["InstanceId"], made["PrivateIpAddress"]
+
+    first, address = launch()
+    ec2.terminate_instances(InstanceIds=[first])
+    assert launch()[1] == address  # no machines: given back at once
+    hosts = InstanceHosts(server)  # not started: sync() by hand
+    try:
+        hosted, hosted_address = launch()
+        hosts.sync()
+        assert hosts.host(hosted).running
+        ec2.terminate_instances(InstanceIds=[hosted])
+        assert launch()[1] != hosted_address  # its machine still answers there
+        hosts.sync()
+        assert hosts.host(hosted) is None and _refused(hosted_address)
+        assert launch()[1] == hosted_address
+    finally:
+        hosts.close()
+    assert not server.hosts_own_addresses

@@ -229,6 +229,14 @@ def test_plan_shows_each_nodes_container(tmp_path: Path) -> None:
     assert "container: box from ray:cpu (docker run --net=host --ulimit nofile=8:8" in out
     assert "container: box from ray:gpu" in out and "pulled only if missing" in out
     assert "initialization (on the host):" in out and "setup (in the container):" in out
+    as_json = run_cli("plan", "--json", _write(tmp_path, BASE + docker))
+    assert as_json.exit_code == 0, as_json.stderr
+    containers = {n["node_type"]: n["container"] for n in json.loads(as_json.stdout)["nodes"]}
+    assert containers["cpu"]["image"] == "ray:cpu" and containers["gpu"]["image"] == "ray:gpu"
+    assert containers["cpu"]["run_options"] == ["--ulimit nofile=8:8"]
+    assert {c["name"] for c in containers.values()} == {"box"}
+    bare = run_cli("plan", "--json", _write(tmp_path, PLAIN))
+    assert all(n["container"] is None for n in json.loads(bare.stdout)["nodes"])
 
 
 # -- the runner, around a real process runner, with the stand-in engine -----------------------

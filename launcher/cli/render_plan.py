@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from launcher.plan import ClusterPlan, NodeGroupPlan, describe_resources
-from launcher.runners.container import ContainerSpec, container_for
+from launcher.runners.container import ContainerSpec
 
 
 def _money(value: float | None) -> str:
@@ -42,10 +42,6 @@ def render_plan(console: Console, plan: ClusterPlan) -> None:
     _cost(console, plan)
 
 
-def _container(plan: ClusterPlan, group: NodeGroupPlan) -> ContainerSpec | None:
-    return container_for(plan.config, group.node_type.name, head=group.role == "head")
-
-
 def _describe_container(spec: ContainerSpec) -> str:
     run = " ".join([f"{spec.engine} run --net=host", *spec.run_options])
     pull = (
@@ -73,9 +69,8 @@ def _group(console: Console, plan: ClusterPlan, group: NodeGroupPlan) -> None:
             market += f" (on-demand {_money(offer.price.on_demand)}/h, spot {spot}/h)"
     console.print(f"  {escape(group.node_type.name)}: {count}; {escape(offer.description)}{market}")
     console.print(f"    resources: {escape(describe_resources(group.node_type))}")
-    container = _container(plan, group)
-    if container is not None:
-        console.print(f"    container: {escape(_describe_container(container))}")
+    if group.container is not None:
+        console.print(f"    container: {escape(_describe_container(group.container))}")
 
 
 def _commands(console: Console, plan: ClusterPlan) -> None:
@@ -86,7 +81,7 @@ def _commands(console: Console, plan: ClusterPlan) -> None:
         names = ", ".join(g.node_type.name for g in members)
         commands = members[0].commands
         console.print(f"[bold]Commands on {role} nodes[/bold] ({escape(names)})")
-        inside = any(_container(plan, g) for g in members)
+        inside = any(g.container for g in members)
         host, box = (" (on the host)", " (in the container)") if inside else ("", "")
         for stage, lines in (
             (f"initialization{host}", commands.initialization),

@@ -11,6 +11,7 @@ from typing import Any
 from launcher.config.model import ClusterConfig, NodeCommands, NodeType, ResourceSource
 from launcher.pricing import HourlyPrice, PriceTable
 from launcher.providers.spec import NodeOffer, PlannedResource, ProviderSpec
+from launcher.runners.container import ContainerSpec, container_for
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class NodeGroupPlan:
     at_most: int
     offer: NodeOffer
     commands: NodeCommands
+    container: ContainerSpec | None = None  # what setup and Ray run in, if not the host
 
     @property
     def price(self) -> HourlyPrice | None:
@@ -90,6 +92,22 @@ def _group_json(group: NodeGroupPlan) -> dict[str, Any]:
             "setup": list(group.commands.setup),
             "start_ray": list(group.commands.start_ray),
         },
+        "container": _container_json(group.container),
+    }
+
+
+def _container_json(spec: ContainerSpec | None) -> dict[str, Any] | None:
+    if spec is None:
+        return None
+    return {
+        "engine": spec.engine,
+        "name": spec.name,
+        "image": spec.image,
+        "pull_before_run": spec.pull_before_run,
+        "run_options": list(spec.run_options),
+        "detect_gpus": spec.detect_gpus,
+        "detect_shm": spec.detect_shm,
+        "mounts": list(spec.mounts),
     }
 
 
@@ -102,6 +120,7 @@ def make_plan(config: ClusterConfig, spec: ProviderSpec, prices: PriceTable) -> 
         1,
         spec.node_offer(config, head_type, prices),
         config.commands_for(head_type.name, head=True),
+        container_for(config, head_type.name, head=True),
     )
     workers = tuple(
         NodeGroupPlan(
@@ -111,6 +130,7 @@ def make_plan(config: ClusterConfig, spec: ProviderSpec, prices: PriceTable) -> 
             min(t.max_workers, config.max_workers),
             spec.node_offer(config, t, prices),
             config.commands_for(t.name, head=False),
+            container_for(config, t.name, head=False),
         )
         for t in config.node_types.values()
         if t.max_workers > 0 or t.min_workers > 0

@@ -111,9 +111,8 @@ def copy_tree_like_rsync(source: str, target: str, excludes: tuple[str, ...]) ->
         return
     src = Path(source)
     if src.is_dir():
-        dest = Path(target)
-        if not source.endswith("/") and dest.is_dir():
-            dest = dest / src.name
+        # rsync makes a missing target a directory too, and puts `source` in it.
+        dest = Path(target) if source.endswith("/") else Path(target) / src.name
         ignore = shutil.ignore_patterns(*excludes) if excludes else None
         shutil.copytree(src, dest, dirs_exist_ok=True, symlinks=True, ignore=ignore)
     else:

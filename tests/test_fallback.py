@@ -20,7 +20,15 @@ from launcher.autoscaler.spec import STATE_FILE
 from launcher.config.loader import parse_config
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ConfigError, ProviderError
-from launcher.providers.base import TAG_STANDS_IN_FOR, Node, NodeKind, NodeProvider, NodeState
+from launcher.providers.base import (
+    TAG_STANDS_IN_FOR,
+    TAG_STATUS,
+    Node,
+    NodeKind,
+    NodeProvider,
+    NodeState,
+    NodeStatus,
+)
 from launcher.runners.base import CommandRunner
 from tests.conftest import CliResult
 
@@ -276,6 +284,15 @@ def test_capacity_failure_avoids_the_zone_then_the_type_falls_back() -> None:
     assert cloud.calls[-1] == ("spot", 1, frozenset({"zone-a", "zone-b"}))
 
 
+def test_capacity_memory_forgets_the_zones_capacity_came_back_to() -> None:
+    memory = CapacityMemory()
+    memory.failed("cpu", "a", 0.0, "capacity failure")
+    memory.failed("gpu", "a", 0.0, "capacity failure")
+    memory.failed("cpu", "b", 0.0, "capacity failure")
+    memory.freed({"a"})
+    assert memory.avoided_zones("cpu", 1.0) == {"b"} and memory.avoided_zones("gpu", 1.0) == set()
+
+
 def test_stand_ins_are_tagged_and_preemption_is_remembered() -> None:
     executor, _, logged = _executor({("ondemand", "zone-a"): 5})
     executor.launch("ondemand", 2, stands_in_for="spot")
@@ -346,14 +363,17 @@ def test_simulated_capacity_shortage_launches_the_fallback(
 
 # -- the daemon's tick, with the in-memory provider (no head, so no Ray and no setup) ------
 def _daemon(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capacity: Mapping[tuple[str, str], int]
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capacity: Mapping[tuple[str, str], int],
+    cloud_class: type[_Cloud] = _Cloud,
 ) -> tuple[Daemon, _Cloud]:
     monkeypatch.setenv("HOME", str(tmp_path))
     config = parse_config(
         CONFIG.replace("spot: {node_config: {}", "spot: {min_workers: 2, node_config: {}"),
         "fb.yaml",
     )
-    cloud = _Cloud(config, capacity)
+    cloud = cloud_class(config, capacity)
     return Daemon(cloud, config), cloud
 
 
@@ -377,6 +397,38 @@ def test_daemon_replaces_spot_capacity_with_tagged_stand_ins(
     assert state["unavailable"] == {"spot": "capacity failure in zone-a, zone-b"}
     texts = [d["text"] for d in state["decisions"]]
     assert "fallback: spot: capacity failure in zone-a, zone-b, falling back to ondemand" in texts
+
+
+class _Pool(_Cloud):
+    """A fixed pool of machines, as on-prem: a terminated node's machine is free again."""
+
+    terminating_frees_capacity = True
+
+    def terminate_nodes(self, node_ids: Sequence[str]) -> None:
+        for node in self.made:
+            if node.id in node_ids:
+                self.capacity[node.node_type, node.zone] += 1
+        super().terminate_nodes(node_ids)
+
+
+@pytest.mark.parametrize("pool", [True, False])
+def test_daemon_launches_again_at_once_where_a_termination_freed_a_machine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pool: bool
+) -> None:
+    daemon, cloud = _daemon(monkeypatch, tmp_path, {("spot", "zone-a"): 1}, _Pool)
+    cloud.terminating_frees_capacity = pool  # False: as a cloud would say
+    _tick(daemon)  # min_workers 2: one machine made, then none left in either zone
+    (first,) = cloud.made
+    assert daemon._unavailable() == {"spot": "capacity failure in zone-a, zone-b"}
+    cloud.made = [dataclasses.replace(first, tags={TAG_STATUS: NodeStatus.FAILED})]
+    _tick(daemon)  # its setup failed: terminated, and its machine is free again
+    assert cloud.made == [] and cloud.capacity["spot", "zone-a"] == 1
+    _tick(daemon)
+    if pool:  # zone-a is tried again at once
+        assert [n.node_type for n in cloud.made] == ["spot"]
+        assert cloud.calls[-1] == ("spot", 2, frozenset({"zone-b"}))
+    else:  # a cloud's capacity failure is remembered for a while
+        assert cloud.made == [] and "spot" in daemon._unavailable()
 
 
 def test_daemon_stops_launching_a_type_whose_setups_keep_failing(

@@ -46,6 +46,12 @@ class CapacityMemory:
     def succeeded(self, node_type: str, zone: str) -> None:
         self.records.pop((node_type, zone), None)
 
+    def freed(self, zones: Collection[str]) -> None:
+        """Capacity came back in `zones` (a node there was terminated, on a provider where
+        that frees a machine): forget their failures, for every type."""
+        for key in [k for k in self.records if k[1] in zones]:
+            del self.records[key]
+
     def avoided_zones(self, node_type: str, now: float) -> frozenset[str]:
         return frozenset(
             zone for (name, zone), r in self.records.items() if name == node_type and r.until > now

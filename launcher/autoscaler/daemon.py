@@ -119,14 +119,16 @@ class Daemon:
         for decision in result.decisions:
             self._decided(str(decision), decision.action)
         terminate = [node_id for node_id, _ in broken] + [i for i, _ in result.terminate]
+        gone = set(terminate)
         if terminate:
             self.provider.terminate_nodes(terminate)
+            if self.provider.terminating_frees_capacity:
+                self.executor.capacity.freed({n.zone for n in nodes if n.id in gone})
         for type_name, count, stands_in_for in result.launches():
             self.executor.launch(type_name, count, stands_in_for)
         self._write_state(demand, result, unavailable)
         if head is None:
             return
-        gone = set(terminate)
         resync = self._resync_due()
         for node in nodes:  # the listing plus launched nodes not listed yet
             if node.kind is not NodeKind.WORKER or node.id in busy or node.id in gone:

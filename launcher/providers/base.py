@@ -92,6 +92,10 @@ class NodeProvider(ABC):
     # Whether nodes can run in containers (`docker:`); False where every node is on this
     # machine (one container name per machine).
     supports_containers = True
+    # Whether terminating a node gives its capacity back at once (a fixed pool of machines,
+    # as on-prem): the autoscaler then stops avoiding that zone. False for clouds, where a
+    # capacity failure says nothing about what a termination frees.
+    terminating_frees_capacity = False
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         self.config = config

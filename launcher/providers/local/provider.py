@@ -42,6 +42,7 @@ STOP_RAY_TIMEOUT_S = 60.0
 
 class OnPremProvider(NodeProvider):
     installs_launcher_on_head = True
+    terminating_frees_capacity = True  # the listed machines are the whole pool
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         super().__init__(config, on_head)

@@ -42,3 +42,25 @@ def test_unknown_command_and_option_exit_2() -> None:
     assert _run(str(LAUNCHER), "nope").returncode == 2
     assert _run(str(LAUNCHER), "validate", "--nope", "x.yaml").returncode == 2
     assert _run(str(LAUNCHER), "validate").returncode == 2
+
+
+INTERRUPTED_WHILE_LOADING = """
+import os, signal, sys
+
+class CtrlC:  # Ctrl-C arrives while the CLI's modules load
+    def find_spec(self, name, path=None, target=None):
+        if name == "launcher.cli.main":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["launcher", "--help"]
+from launcher.__main__ import main
+main()
+"""
+
+
+def test_ctrl_c_while_the_command_loads_is_one_line_and_exit_130() -> None:
+    result = _run(sys.executable, "-c", INTERRUPTED_WHILE_LOADING)
+    assert result.returncode == 130, result.stderr
+    assert result.stderr == "interrupted\n" and result.stdout == ""

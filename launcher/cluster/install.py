@@ -93,7 +93,7 @@ def build_wheel() -> Wheel:
             f"{info}/WHEEL",
             b"Wheel-Version: 1.0\nGenerator: launcher\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
         ),
-        (f"{info}/entry_points.txt", b"[console_scripts]\nlauncher = launcher.cli.main:main\n"),
+        (f"{info}/entry_points.txt", b"[console_scripts]\nlauncher = launcher.__main__:main\n"),
     ]
     record = [f"{name},sha256={_b64_digest(data)},{len(data)}" for name, data in files]
     record.append(f"{info}/RECORD,,")

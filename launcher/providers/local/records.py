@@ -38,7 +38,8 @@ class Records(Protocol):
         ...
 
     def claim(self, record: Mapping[str, Any]) -> bool:
-        """Create the record of `record["ip"]`; False when that machine is already in use."""
+        """Create the record of `record["ip"]`; False when that machine is already in use.
+        Any other failure (the records cannot be written) raises ProviderError."""
         ...
 
     def write(self, record: Mapping[str, Any]) -> None:
@@ -50,6 +51,13 @@ class Records(Protocol):
     def remove_all(self) -> bool:
         """Remove the cluster's records directory. Returns whether there was one."""
         ...
+
+
+def _unrecorded(ip: str, why: str, where: str) -> ProviderError:
+    return ProviderError(
+        f"could not record that the cluster uses {ip} (in {where} on the head): {why}; "
+        "make that directory writable by the SSH user, or free space on the head"
+    )
 
 
 def _encode(record: Mapping[str, Any]) -> str:
@@ -85,12 +93,14 @@ class FileRecords:
         return record
 
     def claim(self, record: Mapping[str, Any]) -> bool:
-        self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / _file_name(record["ip"])
         try:
+            self.root.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             return False
+        except OSError as exc:
+            raise _unrecorded(record["ip"], exc.strerror or str(exc), str(self.root)) from exc
         with os.fdopen(fd, "w") as out:
             out.write(_encode(record))
         return True
@@ -154,10 +164,14 @@ class RemoteRecords:
 
     def claim(self, record: Mapping[str, Any]) -> bool:
         path = f'"{self.dir}"/{shlex.quote(_file_name(record["ip"]))}'
-        code, _ = self._sh(
-            f'mkdir -p "{self.dir}" && (set -C; printf %s {shlex.quote(_encode(record))} '
-            f"> {path}) 2>/dev/null"
+        # Exit 0: claimed; 1: the record exists (in use); 2: anything else, said on stdout.
+        code, output = self._sh(
+            f'why=$(mkdir -p "{self.dir}" 2>&1) || {{ printf %s "$why"; exit 2; }}; '
+            f"why=$( (set -C; printf %s {shlex.quote(_encode(record))} > {path}) 2>&1 ) "
+            f'&& exit 0; [ -e {path} ] && exit 1; printf %s "$why"; exit 2'
         )
+        if code not in (0, 1):
+            raise _unrecorded(record["ip"], output.strip() or f"exit code {code}", self.dir)
         return code == 0
 
     def write(self, record: Mapping[str, Any]) -> None:

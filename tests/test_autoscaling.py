@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster_helpers import kill_cluster, run, status, wait_for
+from tests.cluster_helpers import kill_cluster, run, start, status, wait_for
 
 CONFIG = """\
 cluster_name: {name}
@@ -56,7 +56,11 @@ def test_pending_tasks_bring_workers_that_leave_when_idle(cluster: Path, tmp_pat
         (
             "import ray, time\nray.init()\n"
             "@ray.remote(num_cpus=2)\n"
-            "def f():\n    time.sleep(2)\n    return ray.get_runtime_context().get_node_id()\n"
+            "def f():\n"  # holds its worker until a second one is up, however slow
+            "    deadline = time.time() + 120\n"
+            "    while sum(n['Alive'] for n in ray.nodes()) < 3 and time.time() < deadline:\n"
+            "        time.sleep(0.5)\n"
+            "    time.sleep(2)\n    return ray.get_runtime_context().get_node_id()\n"
             "print('nodes', len(set(ray.get([f.remote() for _ in range(4)]))))\n"
         ),
     )
@@ -103,19 +107,29 @@ def test_request_resources_scales_up_ahead_of_demand(cluster: Path, tmp_path: Pa
 
 
 def test_infeasible_demand_launches_nothing(cluster: Path, tmp_path: Path) -> None:
-    _submit(
-        cluster,
-        tmp_path,
-        (
-            "import ray, time\nray.init()\n"
-            "@ray.remote(num_cpus=64)\ndef f():\n    return 1\n"
-            "ref = f.remote()\ntime.sleep(4)\nprint('waited')\n"
-        ),
+    done = tmp_path / "seen"  # the job holds its infeasible task until the test saw the log
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import os, ray, time\nray.init()\n"
+        "@ray.remote(num_cpus=64)\ndef f():\n    return 1\n"
+        "ref = f.remote()\ndeadline = time.time() + 240\n"
+        f"while not os.path.exists({str(done)!r}) and time.time() < deadline:\n"
+        "    time.sleep(0.2)\nprint('waited')\n"
     )
-    state = status(cluster)
-    assert state["nodes"] and all(n["kind"] == "head" for n in state["nodes"])
-    text = run("status", str(cluster)).stdout + run("monitor", "--no-follow", str(cluster)).stdout
-    assert "fit no node type" in text
+    job = start("submit", str(cluster), str(script))
+    try:
+
+        def logged() -> bool:
+            text = run("monitor", "--no-follow", str(cluster)).stdout
+            return "fit no node type" in text
+
+        wait_for(logged, 180, "the autoscaler to log the infeasible demand")
+        state = status(cluster)
+        assert state["nodes"] and all(n["kind"] == "head" for n in state["nodes"])
+    finally:
+        done.touch()
+        out, _ = job.communicate(timeout=240)
+    assert job.returncode == 0 and "waited" in out, out
 
 
 FALLBACK_CONFIG = """\

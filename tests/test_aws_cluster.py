@@ -266,8 +266,19 @@ def test_down_catches_the_late_launch_of_an_autoscaler_it_had_to_kill(
     def launched() -> int:
         return sum(c.call.origin == head["InstanceId"] for c in aws.server.calls("RunInstances"))
 
+    def until_the_autoscaler_is_killed(call: Call) -> None:
+        """Holds the head's launch until `down` has killed the autoscaler that sent it."""
+        host = aws.hosts.host(head["InstanceId"])
+        wait_for(
+            lambda: not any("launcher.autoscaler" in _command_line(p) for p in host.processes()),
+            240,
+            "down to kill the autoscaler",
+        )
+
     earlier = launched()
-    aws.server.faults.add("RunInstances", when=from_head, delay=15.0, times=1)
+    aws.server.faults.add(
+        "RunInstances", when=from_head, effect=until_the_autoscaler_is_killed, times=1
+    )
     try:
         more = "import ray; ray.init(); from ray.autoscaler.sdk import request_resources; "
         asked = aws.run("exec", str(aws.path), f"python -c '{more}request_resources(num_cpus=3)'")
@@ -299,3 +310,10 @@ def test_down_catches_the_late_launch_of_an_autoscaler_it_had_to_kill(
     assert late, "the delayed launch made nothing"
     assert all(i["State"]["Name"] in ("shutting-down", "terminated") for i in late), late
     assert aws.instances() == []
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""

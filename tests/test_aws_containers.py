@@ -298,8 +298,10 @@ def test_a_worker_stopped_and_started_again_gets_a_new_container(example: Exampl
     (worker,) = example.live(WORKER)
     host = example.host(worker)
     before = len(engine_calls(host))
-    example.server.client("ec2").stop_instances(InstanceIds=[worker["InstanceId"]])
+    example.hosts.hold(worker["InstanceId"])  # the machine is off before EC2 says "stopped"
     example.hosts.wait_gone(worker["InstanceId"])
+    example.server.client("ec2").stop_instances(InstanceIds=[worker["InstanceId"]])
+    example.hosts.release(worker["InstanceId"])
 
     def set_up_again() -> bool:
         (now,) = example.live(WORKER)

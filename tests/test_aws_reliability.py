@@ -38,6 +38,7 @@ import pytest
 from launcher.cluster.lock import ClusterLock
 from launcher.errors import ClusterBusyError
 from tests.aws_fake import LOOPBACK_NET, Call, InstanceHosts, InstanceView, MotoServer
+from tests.cluster_helpers import wait_for
 from tests.ssh_hosts import isolation_unavailable
 
 pytestmark = pytest.mark.skipif(
@@ -552,8 +553,8 @@ def test_down_while_the_head_is_launching_a_worker(cloud: Cloud, where: str) -> 
         up = cloud.run(f"{name}-up", "up", "-y", "--no-wait", path)
         assert up.returncode == 0, up.output
         assert launching.wait(60), "the head's autoscaler launched no worker"
-        while where == "unlisted" and not answered():
-            time.sleep(0.05)
+        if where == "unlisted":
+            wait_for(answered, 120, "moto to answer the head's launch")
         down = cloud.run(f"{name}-down", "down", "-y", path)
         assert down.returncode == 0, down.output
         deadline = time.monotonic() + 30

@@ -173,21 +173,25 @@ def test_attach_opens_a_shell_on_the_head(cluster: Cluster) -> None:
 
 
 def test_port_forward_reaches_a_port_on_the_head(cluster: Cluster) -> None:
-    serve = "timeout 8 python3 -m http.server 8765 --bind 127.0.0.1 --directory ~/data"
+    one_request = (
+        'import http.server as h; h.HTTPServer(("127.0.0.1", 8765), '
+        "h.SimpleHTTPRequestHandler).handle_request()"
+    )
+    serve = f"cd ~/data && timeout 120 python3 -c '{one_request}'"
     got: list[str] = []
 
-    def fetch() -> None:
-        deadline = time.monotonic() + 8
+    def fetch() -> None:  # until the forward and the server are up, however slow
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not got:
             try:
-                with urllib.request.urlopen("http://127.0.0.1:18765/sub/c.txt", timeout=2) as r:
+                with urllib.request.urlopen("http://127.0.0.1:18765/sub/c.txt", timeout=30) as r:
                     got.append(r.read().decode())
             except OSError:
                 time.sleep(0.3)
 
     fetcher = threading.Thread(target=fetch)
     fetcher.start()
-    cluster.run("exec", "-p", "18765:8765", str(cluster.path), serve, timeout=60)
+    cluster.run("exec", "-p", "18765:8765", str(cluster.path), serve, timeout=180)
     fetcher.join()
     assert got == ["gamma\n"]
 
@@ -205,6 +209,7 @@ def test_a_worker_whose_ray_stops_is_set_up_again(cluster: Cluster) -> None:
         time.sleep(1)
     assert host.path("~/setup.log").read_text().count("setup on") == 2
     counted = ""
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline and "alive 4" not in counted:
         counted = cluster.run("exec", str(cluster.path), COUNT_NODES).stdout
     assert "alive 4" in counted
@@ -302,7 +307,14 @@ def test_a_dropped_connection_during_setup_is_rerun(tmp_path: Path, key: Path) -
     with isolated_hosts(key, "127.0.6.42", 1) as (host,):
         marker = "~/setup-runs.log"
         path, env = _small(tmp_path, key, host.ip, f"echo run >> {marker} && sleep 4")
-        dropper = threading.Timer(2.0, host.drop_sessions)
+
+        def drop_once_setup_runs() -> None:  # during its `sleep 4`, however slow `up` was
+            deadline = time.monotonic() + 240
+            while not host.path(marker).exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            host.drop_sessions()
+
+        dropper = threading.Thread(target=drop_once_setup_runs, daemon=True)
         dropper.start()
         result = launcher("up", "-y", str(path), env=env)
         dropper.join()

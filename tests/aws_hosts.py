@@ -86,8 +86,10 @@ class InstanceHosts:
     def close(self) -> None:
         """Stop watching and close every host."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
+        if self._thread is not None:  # a pass may be booting a host: let it finish first
+            self._thread.join(300)
+            if self._thread.is_alive():
+                self.errors.append(RuntimeError("the instance-hosts thread did not stop"))
         with self._lock:
             hosts, self._hosts = list(self._hosts.values()), {}
             self._up.clear()

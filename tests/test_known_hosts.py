@@ -83,7 +83,7 @@ def test_forgetting_a_machine_or_an_address(tmp_path: Path, keys: list[paramiko.
     known.record("10.0.0.5", keys[0], "i-aaa")
     known.record("[10.0.0.6]:2222", keys[1], "i-bbb")
     known.record("10.0.0.7", keys[2])
-    known.forget_node("i-bbb")
+    known.forget_nodes({"i-bbb"})
     assert "i-bbb" not in path.read_text() and "i-aaa" in path.read_text()
     known.forget("10.0.0.7")
     lines = path.read_text().splitlines()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,9 +113,10 @@ class KnownHosts:
         """Drop every key recorded for `name` (what `ssh-keygen -R` does)."""
         self._drop(lambda entry: name in entry.names)
 
-    def forget_node(self, node: str) -> None:
-        """Drop the keys recorded as `node`'s, at any address (the machine is gone)."""
-        self._drop(lambda entry: entry.node == node)
+    def forget_nodes(self, nodes: Collection[str]) -> None:
+        """Drop the keys recorded as any of `nodes`', at any address (those machines are
+        gone)."""
+        self._drop(lambda entry: entry.node in nodes)
 
     def _drop(self, matches: Callable[[Entry], bool]) -> None:
         with self._locked():

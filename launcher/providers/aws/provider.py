@@ -417,9 +417,7 @@ class AwsProvider(NodeProvider):
             if self.on_head:
                 answered.add(answered.removed_path(self.cluster_name), ids, time.time())
         if not stop:  # their host keys go with them (a stopped instance keeps its own)
-            known = KnownHosts(known_hosts_path(self.cluster_name))
-            for node_id in ids:
-                known.forget_node(node_id)
+            KnownHosts(known_hosts_path(self.cluster_name)).forget_nodes(set(ids))
 
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
         try:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,18 +98,7 @@ def _group_json(group: NodeGroupPlan) -> dict[str, Any]:
 
 
 def _container_json(spec: ContainerSpec | None) -> dict[str, Any] | None:
-    if spec is None:
-        return None
-    return {
-        "engine": spec.engine,
-        "name": spec.name,
-        "image": spec.image,
-        "pull_before_run": spec.pull_before_run,
-        "run_options": list(spec.run_options),
-        "detect_gpus": spec.detect_gpus,
-        "detect_shm": spec.detect_shm,
-        "mounts": list(spec.mounts),
-    }
+    return None if spec is None else dataclasses.asdict(spec)
 
 
 def make_plan(config: ClusterConfig, spec: ProviderSpec, prices: PriceTable) -> ClusterPlan:

@@ -307,9 +307,15 @@ class MotoServer:
         """Give terminated `instance_id`'s private IP back to its subnet (see the class
         docstring); a no-op for an instance that is not terminated or not known."""
         with self.lock:
-            for backend in self._ec2_regions().values():
-                if (instance := backend.get_instance_by_id(instance_id)) is not None:
-                    free_address(backend, instance)
+            if (instance := self._instance(instance_id)) is not None:
+                free_address(instance.ec2_backend, instance)
+
+    def _instance(self, instance_id: str) -> Any:
+        """moto's instance `instance_id`, in whichever region holds it, or None."""
+        for backend in self._ec2_regions().values():
+            if (instance := backend.get_instance_by_id(instance_id)) is not None:
+                return instance
+        return None
 
     def _terminated(self, backend: Any, instance: Any) -> None:
         if not self.hosts_own_addresses:
@@ -321,10 +327,9 @@ class MotoServer:
             if ready > now:
                 continue
             del self._pending[instance_id]
-            for _, backend in (self._ec2_regions()).items():
-                instance = backend.get_instance_by_id(instance_id)
-                if instance is not None and instance.state == "pending":
-                    instance._state.name, instance._state.code = "running", 16
+            instance = self._instance(instance_id)
+            if instance is not None and instance.state == "pending":
+                instance._state.name, instance._state.code = "running", 16
 
     def _ec2_regions(self) -> dict[str, Any]:
         from moto.ec2.models import ec2_backends
@@ -579,9 +584,7 @@ def interrupt_spot(
     from moto.ec2.models.instances import StateReason
 
     with server.lock:
-        instance = None
-        for backend in server._ec2_regions().values():
-            instance = instance or backend.get_instance_by_id(instance_id)
+        instance = server._instance(instance_id)
         if instance is None:
             raise ValueError(f"no instance {instance_id}")
         if instance.lifecycle != "spot":

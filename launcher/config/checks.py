@@ -173,10 +173,14 @@ def _check_files(merged: Mapping[str, Any], cwd: Path) -> Iterator[Problem]:
         for key in ("ssh_private_key", "ssh_public_key"):
             value = auth.get(key)
             if isinstance(value, str) and not (cwd / Path(value).expanduser()).is_file():
+                # A warning: the config may be checked on another machine than the one it
+                # runs from. The commands that log in to nodes refuse (providers.factory).
                 yield Problem(
                     ("auth", key),
-                    f"file {value} does not exist",
-                    "fix the path, or remove the key to let the launcher manage one",
+                    f"file {value} is not on this machine",
+                    "`up`, `exec` and the other commands that log in to the nodes need it "
+                    "here; fix the path, or remove the key to let the launcher manage one",
+                    severity=Severity.WARNING,
                 )
 
 

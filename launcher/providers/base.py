@@ -96,6 +96,9 @@ class NodeProvider(ABC):
     # as on-prem): the autoscaler then stops avoiding that zone. False for clouds, where a
     # capacity failure says nothing about what a termination frees.
     terminating_frees_capacity = False
+    # Whether the nodes are reached over SSH with the config's `auth` (so commands that
+    # reach them from the user's machine need `auth.ssh_private_key` there).
+    logs_in_over_ssh = False
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         self.config = config

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 
 from launcher.config.model import ClusterConfig
@@ -45,5 +46,19 @@ def make_provider(config: ClusterConfig, on_head: bool = False) -> NodeProvider:
             f"the {kind} provider needs {exc.name or 'an SDK'}; install it with "
             f"pip install 'launcher[{extra}]'"
         ) from exc
-    provider: NodeProvider = getattr(module, class_name)(config, on_head)
-    return provider
+    implementation: type[NodeProvider] = getattr(module, class_name)
+    if implementation.logs_in_over_ssh and not on_head:
+        _require_private_key(config)
+    return implementation(config, on_head)
+
+
+def _require_private_key(config: ClusterConfig) -> None:
+    """Refuse, before anything is created, a command that would log in to the nodes with a
+    key file this machine lacks (`validate` and `plan` only warn: they contact nothing)."""
+    key = config.auth.ssh_private_key
+    if key and not Path(key).expanduser().is_file():
+        raise UsageError(
+            f"auth.ssh_private_key: {key} is not on this machine, and this command logs in "
+            "to the cluster's nodes with it; copy the key here or fix the path in "
+            f"{config.source or 'the config'}"
+        )

@@ -88,6 +88,7 @@ UNSETTLED_CODES = frozenset(
 
 class AwsProvider(NodeProvider):
     installs_launcher_on_head = True
+    logs_in_over_ssh = True
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         super().__init__(config, on_head)

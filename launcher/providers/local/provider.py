@@ -43,6 +43,7 @@ STOP_RAY_TIMEOUT_S = 60.0
 class OnPremProvider(NodeProvider):
     installs_launcher_on_head = True
     terminating_frees_capacity = True  # the listed machines are the whole pool
+    logs_in_over_ssh = True
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         super().__init__(config, on_head)

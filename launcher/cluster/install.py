@@ -2,11 +2,13 @@
 exact same code.
 
 `build_wheel` packs the running installation (the `launcher` package with its schemas, price
-table and defaults) into a wheel named by a digest of its contents. `install_on_head` copies
-it to the head and installs it into a virtual environment of its own (`~/.launcher/venv`)
-that also sees the packages of the head's `python3` (Ray and its dependencies, as the
-user's setup installed them). A head whose environment already holds the same digest is
-left alone.
+table and defaults) into a wheel named by a digest of its contents. `install_on_head` finds
+the head's Python with Ray (`runners.ray_node`: the one `provider.head_python` names, else
+that of the Ray running there or named by the start commands, else `ray` or `python3` on
+the PATH), copies the wheel to the head and installs it into a virtual environment of its
+own (`~/.launcher/venv`) that also sees that Python's packages (Ray and its dependencies,
+as the user's setup installed them). A head whose environment already holds the same
+digest over the same Python is left alone.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from launcher.errors import LauncherError
 from launcher.paths import launcher_home
 from launcher.providers.ssh_access import known_hosts_path
 from launcher.runners.base import CommandRunner
+from launcher.runners.ray_node import find_python_script, parse_python
 
 VENV = "$HOME/.launcher/venv"
 # What the autoscaler imports on the head; missing ones are installed with pip.
@@ -112,18 +115,54 @@ def _b64_digest(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def _reuse_check(digest: str) -> str:
-    # Cheap on purpose: a no-op `up` runs it every time.
-    return (
-        f'[ "$(cat "{VENV}/.launcher-digest" 2>/dev/null)" = {digest} ] && '
-        f'[ -x "{VENV}/bin/python" ]'
+def _probe_script(digest: str, choice: PythonChoice) -> str:
+    """Shell for the head: find its Python with Ray (`@@python P`, or `@@tried ...` and exit
+    3), then say whether the environment there is this wheel's over that same Python
+    (`@@reuse yes`). One round trip, cheap: a no-op `up` runs it every time."""
+    find = find_python_script(choice.explicit, choice.ray_paths)
+    return "\n".join(
+        [
+            f"found=$(\n{find}\n)",
+            'echo "$found"',
+            "PY=$(echo \"$found\" | sed -n 's/^@@python //p')",
+            '[ -n "$PY" ] || exit 3',
+            f'[ "$(cat "{VENV}/.launcher-digest" 2>/dev/null)" = {digest} ] && '
+            f'[ "$(cat "{VENV}/.launcher-python" 2>/dev/null)" = "$PY" ] && '
+            f'[ -x "{VENV}/bin/python" ] && echo "@@reuse yes"',
+            "exit 0",
+        ]
     )
 
 
+@dataclass(frozen=True)
+class PythonChoice:
+    """How to find the head's Python with Ray: the one the user named
+    (`provider.head_python`), else by what runs there and what the start commands name."""
+
+    explicit: str | None = None
+    ray_paths: tuple[str, ...] = ()
+
+    def advice(self) -> str:
+        if self.explicit:
+            return (
+                "install Ray there (`pip install 'ray[default]'` in setup_commands) or set "
+                "provider.head_python to the Python that has it"
+            )
+        return (
+            "set provider.head_python to the Python of the head's Ray (such as "
+            "/opt/venv/bin/python), or install Ray for python3 in setup_commands"
+        )
+
+
 def _install_script(
-    wheel_on_head: str, digest: str, modules: Sequence[str], requirements: Sequence[str]
+    wheel_on_head: str,
+    digest: str,
+    python: str,
+    modules: Sequence[str],
+    requirements: Sequence[str],
 ) -> str:
-    """Shell run on the head: make the environment and unpack the wheel in it.
+    """Shell run on the head: make the environment over `python` (the head's Python with
+    Ray) and unpack the wheel in it.
     `modules`: more the autoscaler imports there (a provider's SDK), installed with pip
     from `requirements` when missing.
 
@@ -143,8 +182,7 @@ def _install_script(
         [
             f'V="{VENV}"; T="$V.new.$$"; W={shlex.quote(wheel_on_head)}',
             'trap \'rm -rf "$T" "$(dirname "$W")"\' EXIT',
-            "PY=$(command -v python3 || command -v python) || "
-            '{ echo "no python3 on the PATH of the head"; exit 3; }',
+            f"PY={shlex.quote(python)}",
             '"$PY" -m venv --without-pip "$T" || exit 4',
             f'SITE=$("$T/bin/python" -c {shlex.quote(purelib)})',
             f'"$PY" -c {shlex.quote(site_dirs)} > "$SITE/_launcher_base.pth"',
@@ -155,7 +193,7 @@ def _install_script(
             f'  "$T/bin/python" -m pip install --quiet "$W" {more} >/dev/null 2>&1',
             f'  out=$("$T/bin/python" -c {checks} 2>&1) || {{ echo "$out" | tail -n 1; exit 6; }}',
             "fi",
-            f'echo {digest} > "$T/.launcher-digest"',
+            f'echo {digest} > "$T/.launcher-digest"; echo "$PY" > "$T/.launcher-python"',
             # A concurrent install of the same wheel may have moved its own in first: fine.
             'rm -rf "$V" && mv -T "$T" "$V" || [ -x "$V/bin/python" ] || exit 7',
         ]
@@ -165,26 +203,43 @@ def _install_script(
 def install_on_head(
     runner: CommandRunner,
     env: dict[str, str],
+    choice: PythonChoice,
     sdk_module: str | None = None,
     sdk_extra: str | None = None,
 ) -> tuple[Wheel, str]:
-    """Install the running launcher on the head, with the provider's SDK (`sdk_module`,
-    from the launcher's `sdk_extra` requirements) when the head lacks it. Returns the
-    wheel and "reused" or "installed"; raises LauncherError naming what the head lacks."""
+    """Install the running launcher on the head, over the head's Python with Ray (found as
+    `choice` says), with the provider's SDK (`sdk_module`, from the launcher's `sdk_extra`
+    requirements) when the head lacks it. Returns the wheel and "reused" or "installed";
+    raises LauncherError naming what the head lacks."""
     wheel = build_wheel()
-    if runner.run(_reuse_check(wheel.digest), env).ok:
+    probe = runner.run(_probe_script(wheel.digest, choice), env)
+    python, tried = parse_python(probe.output_tail)
+    if python is None:
+        if not tried:
+            detail = (probe.output_tail.strip().splitlines() or [f"exit {probe.exit_code}"])[-1]
+            raise LauncherError(f"could not look for Python on the head: {detail}")
+        what = (
+            f"provider.head_python ({choice.explicit}) cannot import Ray there"
+            if choice.explicit
+            else f"no Python there has Ray (tried {', '.join(tried)})"
+        )
+        raise LauncherError(
+            f"could not install the launcher on the head: {what}; {choice.advice()}"
+        )
+    if "@@reuse yes" in probe.output_tail:
         return wheel, "reused"
     remote = f"~/.launcher/upload-{uuid.uuid4().hex[:12]}/{wheel.path.name}"
     runner.put(str(wheel.path), remote)
     modules = (sdk_module,) if sdk_module else ()
     requirements = _requirements(sdk_extra) if sdk_extra and sdk_module else []
-    script = _install_script(runner.remote_path(remote), wheel.digest, modules, requirements)
+    script = _install_script(
+        runner.remote_path(remote), wheel.digest, python, modules, requirements
+    )
     result = runner.run(script, env)
     if not result.ok:
-        detail = result.output_tail.strip().splitlines()[-1:] or [f"exit {result.exit_code}"]
+        last = (result.output_tail.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
         raise LauncherError(
-            f"could not install the launcher on the head: {detail[0]}; the autoscaler there "
-            "needs python3 with Ray (`pip install 'ray[default]'` in setup_commands)"
+            f"could not install the launcher on the head with {python}: {last}; {choice.advice()}"
         )
     return wheel, "installed"
 

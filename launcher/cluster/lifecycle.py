@@ -19,7 +19,7 @@ from launcher.cluster.head import (
     stop_daemon,
     stop_wait_s,
 )
-from launcher.cluster.install import install_on_head, place_ssh_access
+from launcher.cluster.install import PythonChoice, install_on_head, place_ssh_access
 from launcher.cluster.lock import ClusterLock
 from launcher.config.loader import Overrides, parse_config, read_config_file
 from launcher.config.model import ClusterConfig
@@ -118,9 +118,11 @@ def _prepare_remote_head(
     the workers. Returns the autoscaler's spec and the head's Python to run it with."""
     config = session.config
     spec_of = provider_spec(config.provider.type)
+    choice = PythonChoice(config.provider.head_python, session.provider.ray_paths(head=True))
     wheel, outcome = install_on_head(
         session.runner,
         session.env,
+        choice,
         spec_of.sdk_module if spec_of else None,
         spec_of.install_extra if spec_of else None,
     )

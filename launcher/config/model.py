@@ -84,6 +84,9 @@ class ProviderConfig:
 
     type: str
     extra: Mapping[str, Any]
+    # The head's Python with Ray, for the launcher's autoscaler there (providers whose head
+    # is another machine); None: found on the head (see launcher/runners/ray_node.py).
+    head_python: str | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import ProviderError
 from launcher.runners.base import CommandRunner
 from launcher.runners.forward import PortOpener, direct
+from launcher.runners.ray_node import STOP_TIMEOUT_S, gcs_port, node_ray_paths, stop_ray
 
 # Tags every provider stores on its nodes.
 TAG_CLUSTER = "launcher-cluster"
@@ -184,7 +185,11 @@ class NodeProvider(ABC):
 
     def ray_address(self, head: Node) -> str:
         """The address (`ip:port`) of the cluster's Ray GCS, as seen from the head."""
-        return f"{head.ip}:6379"
+        return f"{head.ip}:{self.gcs_port()}"
+
+    def gcs_port(self) -> int:
+        """The port of Ray's GCS, as the head's start commands give it (`--port`)."""
+        return gcs_port(self.config.head_start_ray_commands)
 
     def head_python(self) -> str:
         """The Python on the head that has the launcher installed (runs the autoscaler)."""
@@ -195,9 +200,19 @@ class NodeProvider(ABC):
         per machine, since concurrent ones race for Ray's socket names)."""
         return contextlib.nullcontext()
 
-    def before_ray_start(self, node: Node) -> None:
-        """Called before a node's start-ray commands run again (localhost stops its processes)."""
-        return None
+    def before_ray_start(self, node: Node, runner: CommandRunner) -> str | None:
+        """Called before a node's start-ray commands run (again). Where a node is a machine
+        of its own: stops the Ray running there, with the Ray the start commands use (their
+        own `ray stop` may name another, or none), and checks that none is left. Returns
+        what it could not stop (one line), else None."""
+        return stop_ray(runner, self.ray_paths(head=node.kind is NodeKind.HEAD), STOP_TIMEOUT_S)
+
+    def ray_paths(self, *, head: bool) -> tuple[str, ...]:
+        """The `ray` executables a node's start commands name by path."""
+        config = self.config
+        return node_ray_paths(
+            config.head_start_ray_commands, config.worker_start_ray_commands, head=head
+        )
 
     def cleanup(self, purge: bool = False) -> list[str]:
         """After every node is gone: remove leftovers, and with `purge` also what clusters

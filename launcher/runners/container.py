@@ -25,7 +25,7 @@ import os
 import re
 import shlex
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import PurePosixPath
@@ -33,10 +33,15 @@ from pathlib import PurePosixPath
 from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError
 from launcher.runners.base import CommandResult, CommandRunner, OutputSink, expand_home
+from launcher.runners.ray_node import stop_script
 
 LABEL = "launcher.container"  # on every container the launcher starts: a digest of its spec
 STAGE_DIR = "~/.launcher/container-files"
-KEEP_ALIVE = ("tail", "-f", "/dev/null")  # the container's own command: it only waits
+# The container's own command (its PID 1): it only waits, as `tail -f /dev/null` would, but
+# also reaps the processes left to it (a daemon started by `exec` that exits would otherwise
+# stay a zombie, which `kill -0` still finds) and exits on SIGTERM (a PID 1 ignores signals
+# it has no handler for, so `stop` and podman's `rm -f` would wait 10 s, then SIGKILL it).
+KEEP_ALIVE = ("sh", "-c", "trap 'exit 0' TERM INT; while :; do tail -f /dev/null & wait $!; done")
 # Like Ray: the object store takes 30% of available memory (at most 200 GB) and lives in
 # /dev/shm, so /dev/shm is sized 10% above that unless the user sized it.
 _OBJECT_STORE_SHARE = 0.3
@@ -224,13 +229,17 @@ def pull_command(spec: ContainerSpec) -> str:
     return f"{spec.engine} image inspect {image} >/dev/null 2>&1 || {spec.engine} pull {image}"
 
 
-def stop_command(spec: ContainerSpec | None) -> str:
-    """What frees a machine that outlives its node (on-prem): `ray stop`, or with a
-    container, `ray stop` in it and the container removed (Ray and all else in it end)."""
+def stop_command(spec: ContainerSpec | None, ray_paths: Sequence[str] = ()) -> str:
+    """What frees a machine that outlives its node (on-prem): Ray stopped (with the `ray`
+    of `ray_paths`, the start commands', when they name one; see `ray_node.stop_script`),
+    or with a container, Ray stopped in it and the container removed (Ray and all else in
+    it end); then a check on the machine that no Ray process is left (exit 4 naming them)."""
+    on_host = stop_script(ray_paths)
     if spec is None:
-        return "ray stop"
-    inside = shlex.join(exec_argv(spec, "ray stop", {}))
-    return f"{inside} >/dev/null 2>&1; {spec.engine} rm -f {shlex.quote(spec.name)} >/dev/null"
+        return on_host
+    inside = shlex.join(exec_argv(spec, stop_script(ray_paths), {}))
+    remove = f"{spec.engine} rm -f {shlex.quote(spec.name)}"
+    return f"{inside} >/dev/null 2>&1; {remove} >/dev/null 2>&1\n{on_host}"
 
 
 # -- keeping or replacing a running container -------------------------------------------------
@@ -268,6 +277,38 @@ def parse_state(output: str) -> ContainerState | None:
     return ContainerState(running == "true", image, label if isinstance(label, str) else None)
 
 
+def same_image(reported: str, wanted: str) -> bool:
+    """Whether the image an engine reports for a container is the one `wanted` names.
+    Engines report a reference they completed: podman the registry it pulled from
+    (`registry.example:5000/ray:1`, `localhost/ray:1`), docker `docker.io/library/`, either
+    a `:latest` tag. What `wanted` leaves out is taken out of `reported` too."""
+    return _reference(reported, keep_registry=_registry(wanted) is not None) == _reference(
+        wanted, keep_registry=True
+    )
+
+
+def _registry(reference: str) -> str | None:
+    first, slash, _ = reference.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return None
+
+
+def _reference(reference: str, *, keep_registry: bool) -> str:
+    registry = _registry(reference)
+    name = reference
+    if registry is not None:
+        name = reference[len(registry) + 1 :]
+        if registry == "docker.io" and name.startswith("library/"):
+            name = name[len("library/") :]
+        if keep_registry and registry != "docker.io":
+            name = f"{registry}/{name}"
+    last = name.rsplit("/", 1)[-1]
+    if ":" not in last and "@" not in last:
+        name += ":latest"
+    return name
+
+
 class StartAction(StrEnum):
     REUSE = "reuse"
     START = "start"
@@ -291,7 +332,7 @@ def decide_start(state: ContainerState | None, spec: ContainerSpec) -> StartPlan
         reason = "it was stopped"
     elif state.label is None:
         reason = "it was not started by the launcher"
-    elif state.image != spec.image:
+    elif not same_image(state.image, spec.image):
         reason = f"the image changed from {state.image} to {spec.image}"
     else:
         reason = "its run options changed"

@@ -146,7 +146,9 @@ class NodeUpdater:
                 self._stage(NodeStatus.STARTING_RAY, "starting Ray")
                 self._place_bootstrap_config(commands.start_ray)
                 with self.provider.ray_start_guard(self.node):
-                    self.provider.before_ray_start(self.node)
+                    problem = self.provider.before_ray_start(self.node, self.runner)
+                    if problem is not None:
+                        raise self._fail(problem)
                     self._run_all(commands.start_ray, env)
         except NodeUpdateError as exc:
             self.provider.set_tags(self.node.id, {TAG_STATUS: NodeStatus.FAILED})

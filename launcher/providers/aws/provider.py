@@ -466,7 +466,7 @@ class AwsProvider(NodeProvider):
         return env
 
     def ray_address(self, head: Node) -> str:
-        return f"{self._private_ips.get(head.id, head.ip)}:6379"
+        return f"{self._private_ips.get(head.id, head.ip)}:{self.gcs_port()}"
 
     # -- taking down --------------------------------------------------------------------
     def cleanup(self, purge: bool = False) -> list[str]:

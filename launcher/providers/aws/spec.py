@@ -30,6 +30,7 @@ _KNOWN = {
     "security_group",
     "key_pair",
     "allow_ssh_from",
+    "head_python",
 }
 # Ray's convention: `memory` is what remains for tasks once the object store takes its share.
 _TASK_MEMORY_SHARE = 0.7
@@ -135,6 +136,7 @@ class AwsSpec(ProviderSpec):
             security_group_rules=freeze(group.get("IpPermissions", [])),
             key_name=key_pair.get("key_name"),
             allow_ssh_from=string_list(section.get("allow_ssh_from", [])),
+            head_python=section.get("head_python"),
         )
 
     def known_resources(self, node_config: Mapping[str, Any]) -> dict[str, int] | None:

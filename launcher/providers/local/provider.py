@@ -2,7 +2,8 @@
 them over SSH.
 
 "Creating" a node claims a listed machine (a record on the head, see `records`), and
-"terminating" one stops Ray on it (`ray stop`) and frees the machine. The head is
+"terminating" one stops Ray on it (with the Ray its start commands use, and checks that none
+is left) and frees the machine. The head is
 `provider.head_ip`, reached from the laptop at `external_head_ip` when given; workers are
 picked from `provider.worker_ips` in the order listed.
 """
@@ -35,9 +36,8 @@ from launcher.providers.ssh_access import SSHAccess
 from launcher.runners.base import CommandRunner, wait_until_ready
 from launcher.runners.container import container_for, stop_command
 from launcher.runners.forward import PortOpener
+from launcher.runners.ray_node import STOP_TIMEOUT_S, stop_problem
 from launcher.runners.ssh import SSHRunner
-
-STOP_RAY_TIMEOUT_S = 60.0
 
 
 class OnPremProvider(NodeProvider):
@@ -125,20 +125,39 @@ class OnPremProvider(NodeProvider):
         return created
 
     def terminate_nodes(self, node_ids: Sequence[str]) -> None:
+        """Stop Ray on each machine (in its container, which is removed) and free it once
+        no Ray process is left there. A machine whose Ray could not be stopped, or (from
+        the user's machine) that does not answer, stays claimed and is named in the
+        ProviderError raised after all were tried; the autoscaler frees a machine that does
+        not answer (it is off: no Ray runs there)."""
         known = {record["ip"]: record for record in self.records.all()}
+        problems = []
         for ip in node_ids:
             if ip not in known:
                 continue
+            record = known[ip]
+            head = record["kind"] == NodeKind.HEAD.value
             runner = self.ssh.runner(self._address(ip), node_log(self.cluster_name, ip))
-            if runner.check_ready() is None:
-                # Best effort: a machine that is off has no Ray to stop. A node's container
-                # is removed with it.
-                record = known[ip]
-                container = container_for(
-                    self.config, record["node_type"], head=record["kind"] == NodeKind.HEAD.value
+            unreachable = runner.check_ready()
+            if unreachable is not None and not self.on_head:
+                problems.append(f"{ip} does not answer ({unreachable})")
+                continue
+            if unreachable is None:
+                container = container_for(self.config, record["node_type"], head=head)
+                result = runner.run(
+                    stop_command(container, self.ray_paths(head=head)), timeout=STOP_TIMEOUT_S
                 )
-                runner.run(stop_command(container), timeout=STOP_RAY_TIMEOUT_S)
+                problem = stop_problem(result)
+                if problem is not None:
+                    problems.append(f"{ip}: {problem}")
+                    continue
             self.records.remove(ip)
+        if problems:
+            raise ProviderError(
+                "could not stop Ray on " + "; ".join(problems) + ". Those machines stay in "
+                "the cluster: stop Ray there (`ray stop --force` with the Ray your start "
+                "commands use) or bring them back, and run this again"
+            )
 
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
         record = self.records.get(node_id)

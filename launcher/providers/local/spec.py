@@ -20,7 +20,14 @@ from launcher.providers.spec import (
     string_list,
 )
 
-_KNOWN = {"type", "head_ip", "worker_ips", "external_head_ip", "coordinator_address"}
+_KNOWN = {
+    "type",
+    "head_ip",
+    "worker_ips",
+    "external_head_ip",
+    "coordinator_address",
+    "head_python",
+}
 # Ray's published examples write counts as placeholders such as TYPICALLY_THE_NUMBER_OF_WORKER_IPS.
 _PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _WORKER_TYPE = "ray.worker.default"
@@ -146,6 +153,7 @@ class OnPremSpec(ProviderSpec):
             worker_ips=string_list(section.get("worker_ips", [])),
             external_head_ip=section.get("external_head_ip"),
             coordinator_address=section.get("coordinator_address"),
+            head_python=section.get("head_python"),
         )
 
     def bootstrap_plan(self, config: ClusterConfig) -> list[PlannedResource]:

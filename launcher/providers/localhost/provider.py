@@ -169,8 +169,10 @@ class LocalhostProvider(NodeProvider):
     def ray_start_guard(self, node: Node) -> contextlib.AbstractContextManager[None]:
         return _machine_lock("localhost-ray-start.lock")
 
-    def before_ray_start(self, node: Node) -> None:
+    def before_ray_start(self, node: Node, runner: CommandRunner) -> str | None:
+        # Not `ray stop`: it would stop every Ray node on this machine.
         stop_processes(p.pid for p in node_processes(self.cluster_name, node.id))
+        return None
 
     def cleanup(self, purge: bool = False) -> list[str]:
         removed = []

@@ -4,18 +4,20 @@ the next `up` installs again, both end with a working installation."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-from launcher.cluster.install import VENV, install_on_head
+from launcher.cluster.install import VENV, PythonChoice, install_on_head
 from launcher.config.model import AuthConfig
 from launcher.errors import LauncherError
 from launcher.providers.ssh_access import SSHAccess
 from tests.ssh_hosts import isolated_hosts, make_key
 
 HOST_IP = "127.0.6.90"
+FOUND = PythonChoice()  # found: the login PATH has the test venv (`ray`, `python3`)
 
 
 def test_concurrent_installs_on_one_head_both_succeed(
@@ -35,7 +37,7 @@ def test_concurrent_installs_on_one_head_both_succeed(
 
             def install(index: int) -> None:
                 try:
-                    outcomes.append(install_on_head(runners[index], {})[1])  # noqa: B023
+                    outcomes.append(install_on_head(runners[index], {}, FOUND)[1])  # noqa: B023
                 except LauncherError as exc:
                     failures.append(exc)  # noqa: B023
 
@@ -50,7 +52,12 @@ def test_concurrent_installs_on_one_head_both_succeed(
                 f'"{VENV}/bin/python" -c "import launcher.autoscaler.daemon"', {}
             )
             assert check.ok, check.output_tail
-            assert install_on_head(runners[0], {})[1] == "reused"
+            assert install_on_head(runners[0], {}, FOUND)[1] == "reused"
+        # Another Python for the head (provider.head_python): installed again, over it.
+        other = str(Path(sys.executable).parent / "python3")
+        assert install_on_head(runners[0], {}, PythonChoice(explicit=other))[1] == "installed"
+        assert host.path("~/.launcher/venv/.launcher-python").read_text().strip() == other
+        assert install_on_head(runners[0], {}, PythonChoice(explicit=other))[1] == "reused"
         # Nothing of the installs is left beside the environment.
         leftovers = sorted(p.name for p in host.path("~/.launcher").iterdir())
         assert leftovers == ["venv"], leftovers

@@ -22,6 +22,7 @@ from launcher.paths import node_log
 from launcher.providers.base import Node, NodeProvider, NodeStatus
 from launcher.providers.factory import make_provider
 from launcher.runners.base import CommandRunner
+from launcher.runners.container import host_runner
 from launcher.updater.runner import node_runner
 
 DIGEST_FILE = f"{HEAD_DIR}/autoscaler.digest"
@@ -34,8 +35,11 @@ class HeadSession:
     config: ClusterConfig
     provider: NodeProvider
     head: Node
-    runner: CommandRunner
+    runner: CommandRunner  # in the head's container, when it has one
     env: dict[str, str]
+    # Where the autoscaler runs: with the head's Ray (in its container) where the head is a
+    # machine of its own; on this machine's host where the head shares this machine.
+    daemon_runner: CommandRunner
 
 
 def connect(
@@ -58,17 +62,18 @@ def connect(
     # Ray's own autoscaler runs read-only beside ours and would tell drivers that no node
     # type fits their demand; that is our job, so its scheduler events are turned off.
     env["RAY_SCHEDULER_EVENTS"] = "0"
-    return HeadSession(config, provider, head, runner, env)
+    daemon_runner = runner if provider.installs_launcher_on_head else host_runner(runner)
+    return HeadSession(config, provider, head, runner, env, daemon_runner)
 
 
 def read_head_file(session: HeadSession, path: str) -> str | None:
-    result = session.runner.run(f"cat {path} 2>/dev/null", session.env)
+    result = session.daemon_runner.run(f"cat {path} 2>/dev/null", session.env)
     return result.output_tail if result.ok else None
 
 
 def daemon_running(session: HeadSession) -> bool:
     check = f"test -f {PID_FILE} && kill -0 $(cat {PID_FILE}) 2>/dev/null"
-    return session.runner.run(check, session.env).ok
+    return session.daemon_runner.run(check, session.env).ok
 
 
 def running_daemon_digest(session: HeadSession) -> str | None:
@@ -78,7 +83,7 @@ def running_daemon_digest(session: HeadSession) -> str | None:
         f"test -f {PID_FILE} && kill -0 $(cat {PID_FILE}) 2>/dev/null || exit 3; "
         f"cat {DIGEST_FILE} 2>/dev/null; true"
     )
-    result = session.runner.run(check, session.env)
+    result = session.daemon_runner.run(check, session.env)
     if not result.ok:
         return None
     lines = result.output_tail.strip().splitlines()
@@ -97,8 +102,8 @@ def ensure_daemon(session: HeadSession, spec: AutoscalerSpec, python: str) -> st
     with tempfile.TemporaryDirectory() as staging:
         local = Path(staging) / "autoscaler.json"
         local.write_text(spec.to_json())
-        session.runner.run(f"mkdir -p {HEAD_DIR}", session.env)
-        session.runner.put(str(local), SPEC_FILE)
+        session.daemon_runner.run(f"mkdir -p {HEAD_DIR}", session.env)
+        session.daemon_runner.put(str(local), SPEC_FILE)
     # `&` on the daemon alone, so the shell holds no pipe of ours open while it runs.
     # Started once its first log line is written after the lines already there; a daemon
     # that dies at once is reported with the end of its log.
@@ -112,7 +117,7 @@ def ensure_daemon(session: HeadSession, spec: AutoscalerSpec, python: str) -> st
         f"kill -0 $pid 2>/dev/null || {{ tail -n +$((before + 1)) {LOG_FILE} | tail -n 20; "
         "exit 4; }; sleep 0.1; done; echo 'it did not report starting within 15 s'; exit 5"
     )
-    result = session.runner.run(start, session.env)
+    result = session.daemon_runner.run(start, session.env)
     if not result.ok:
         raise LauncherError(f"could not start the autoscaler on the head: {result.output_tail}")
     return "restarted" if running else "started"
@@ -149,7 +154,7 @@ def stop_daemon(session: HeadSession) -> DaemonStop:
         f"for i in $(seq {tenths}); do kill -0 $pid 2>/dev/null || exit 0; "
         "sleep 0.1; done; kill -9 $pid 2>/dev/null; exit 4"
     )
-    code = session.runner.run(stop, session.env).exit_code
+    code = session.daemon_runner.run(stop, session.env).exit_code
     if code == 4:
         return DaemonStop.KILLED
     return DaemonStop.STOPPED if code == 0 else DaemonStop.NOT_RUNNING

@@ -59,14 +59,20 @@ def load_for_command(path: str, overrides: Overrides) -> tuple[ClusterConfig, st
 
 
 def refuse_unsupported(config: ClusterConfig, provider: NodeProvider) -> None:
+    """Refuse, before anything is created, containers this machine cannot run: where the
+    nodes' containers run here (localhost), the engine must be installed here."""
     images = config.docker.enabled or any(
         t.docker is not None and t.docker.worker_image for t in config.node_types.values()
     )
-    if images and config.docker.container_name and not provider.supports_containers:
+    if not (images and config.docker.container_name) or provider.containers_run != "here":
+        return
+    engine = "podman" if config.docker.use_podman else "docker"
+    if shutil.which(engine) is None:
         raise UsageError(
-            f"{config.source}: the {config.provider.type} provider runs every node on this "
-            "machine, so its nodes cannot run in containers (docker.image); remove the docker "
-            'section (or set image: "") to run on the host, or use provider type local'
+            f"{config.source}: the docker section runs each node in a {engine} container on "
+            f"this machine, but {engine} is not installed here; install it (or set "
+            "docker.use_podman to use the other engine), or remove the docker section "
+            '(or set image: "") to run Ray directly'
         )
 
 

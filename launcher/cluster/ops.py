@@ -214,4 +214,5 @@ def status(config: ClusterConfig) -> ClusterStatus:
 
 def monitor(config: ClusterConfig, lines: int, follow: bool, echo: OutputSink) -> int:
     session = connect(config)
-    return session.runner.run(monitor_command(lines, follow), session.env, echo=echo).exit_code
+    result = session.daemon_runner.run(monitor_command(lines, follow), session.env, echo=echo)
+    return result.exit_code

@@ -90,9 +90,10 @@ class NodeProvider(ABC):
     # Whether `up` installs the launcher on the head to run the autoscaler there (the head
     # is another machine); False where the head shares this machine's installation.
     installs_launcher_on_head = False
-    # Whether nodes can run in containers (`docker:`); False where every node is on this
-    # machine (one container name per machine).
-    supports_containers = True
+    # Where the nodes' containers (`docker:`) run: "node" (each node is a machine of its
+    # own, with one container of the config's name) or "here" (every node is on this
+    # machine: one container each, named after the node, started with this machine's engine).
+    containers_run = "node"
     # Whether terminating a node gives its capacity back at once (a fixed pool of machines,
     # as on-prem): the autoscaler then stops avoiding that zone. False for clouds, where a
     # capacity failure says nothing about what a termination frees.
@@ -175,6 +176,10 @@ class NodeProvider(ABC):
         """Directories of `node`'s host (`~/...`) that the launcher's code inside the node's
         container must share with the host; mounted at the same place under its home."""
         return ()
+
+    def container_name(self, node: Node, name: str) -> str:
+        """The name of `node`'s container, given the config's `docker.container_name`."""
+        return name
 
     def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
         """How `-p/--port-forward` reaches a port of `node` (through `runner`'s connection

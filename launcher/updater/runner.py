@@ -1,9 +1,10 @@
 """The one place a node's `CommandRunner` is made, for the updater and for commands on the
 head: the provider's runner for the host, wrapped in a `ContainerRunner` when the config
-runs that node in a container."""
+runs that node in a container (named as the provider names it)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from launcher.config.model import ClusterConfig
@@ -22,4 +23,7 @@ def node_runner(
         head=node.kind is NodeKind.HEAD,
         mounts=provider.container_mounts(node),
     )
-    return host if spec is None else ContainerRunner(host, spec)
+    if spec is None:
+        return host
+    named = provider.container_name(node, spec.name)
+    return ContainerRunner(host, spec if named == spec.name else replace(spec, name=named))

@@ -1,6 +1,11 @@
 """The localhost provider: each node is a set of real Ray processes on this machine, with
 its own loopback IP (127.0.0.2, 127.0.0.3, ...), home directory and declared resources.
 
+With a `docker:` section each node is a container of this machine's engine instead,
+started with `--net=host` and named after its node (`CONTAINER_NAME-NODE_ID`); Ray runs in
+it, and the autoscaler on this machine's host, as without containers. `up` refuses at once
+when the engine is not installed here.
+
 State is a directory per cluster (`$LAUNCHER_HOME/clusters/NAME/localhost/nodes/ID/`) holding
 `node.json` (kind, type, IP, ports, tags); processes carry LAUNCHER_CLUSTER and
 LAUNCHER_NODE_ID in their environment, so nothing is lost if the files are.
@@ -15,6 +20,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -40,6 +46,7 @@ from launcher.providers.localhost.processes import (
     stop_processes,
 )
 from launcher.runners.base import CommandRunner
+from launcher.runners.container import ContainerSpec, container_for
 from launcher.runners.local import LocalProcessRunner
 
 _FIRST_HOST = 2  # 127.0.0.1 is rewritten by Ray to the machine's own address: avoid it
@@ -49,7 +56,7 @@ ZONE = "localhost"
 
 
 class LocalhostProvider(NodeProvider):
-    supports_containers = False
+    containers_run = "here"
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         super().__init__(config, on_head)
@@ -127,9 +134,33 @@ class LocalhostProvider(NodeProvider):
         return created
 
     def terminate_nodes(self, node_ids: Sequence[str]) -> None:
+        problems = []
         for node_id in node_ids:
+            data = _read_json(self.nodes_dir / node_id / "node.json")
+            spec = self._container(data) if data else None
+            if spec is not None:
+                problem = _remove_container(spec.engine, self._container_name(node_id, spec.name))
+                if problem:
+                    problems.append(f"{node_id}: {problem}")
+                    continue
             stop_processes(p.pid for p in node_processes(self.cluster_name, node_id))
             shutil.rmtree(self.nodes_dir / node_id, ignore_errors=True)
+        if problems:
+            raise ProviderError("could not remove the container of " + "; ".join(problems))
+
+    def container_name(self, node: Node, name: str) -> str:
+        return self._container_name(node.id, name)
+
+    @staticmethod
+    def _container_name(node_id: str, name: str) -> str:
+        # Every node is on this machine: one container each.
+        return f"{name}-{node_id}"
+
+    def _container(self, data: Mapping[str, Any]) -> ContainerSpec | None:
+        node_type = str(data.get("node_type", ""))
+        if node_type not in self.config.node_types:
+            return None
+        return container_for(self.config, node_type, head=data.get("kind") == NodeKind.HEAD)
 
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
         path = self.nodes_dir / node_id / "node.json"
@@ -160,8 +191,10 @@ class LocalhostProvider(NodeProvider):
             LAUNCHER_HOME=str(launcher_home()),
             RAY_USAGE_STATS_ENABLED="0",
             RAY_OVERRIDE_RESOURCES=json.dumps(resources, sort_keys=True),
-            PATH=python_bin + os.pathsep + os.environ.get("PATH", ""),
         )
+        if self._container(data) is None:
+            # On the host, Ray is this launcher's; a container has its image's.
+            env["PATH"] = python_bin + os.pathsep + os.environ.get("PATH", "")
         if node_type and node_type.labels:
             env["RAY_OVERRIDE_LABELS"] = json.dumps(dict(node_type.labels), sort_keys=True)
         return env
@@ -215,6 +248,26 @@ class LocalhostProvider(NodeProvider):
             created_at=float(data.get("created_at", 0)),
             zone=ZONE,
         )
+
+
+def _remove_container(engine: str, name: str) -> str | None:
+    """Remove the container `name` (and so everything running in it); None when it is gone
+    (or never was), else what went wrong."""
+    try:
+        done = subprocess.run(
+            [engine, "rm", "-f", name], capture_output=True, text=True, timeout=120, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"`{engine} rm -f {name}` failed: {exc}"
+    if done.returncode == 0:
+        return None
+    gone = subprocess.run(
+        [engine, "container", "inspect", name], capture_output=True, timeout=60, check=False
+    )
+    if gone.returncode != 0:
+        return None  # no such container
+    last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+    return f"`{engine} rm -f {name}` failed: {last}"
 
 
 def _is_raylet(command: str) -> bool:

@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -225,12 +226,27 @@ def test_changed_file_mount_reruns_setup(tmp_path: Path, launcher_home: Path) ->
         kill_cluster(name)
 
 
-def test_up_refuses_containers_and_creates_nothing(tmp_path: Path, launcher_home: Path) -> None:
+def test_up_refuses_containers_without_a_working_engine_and_creates_nothing(
+    tmp_path: Path, launcher_home: Path
+) -> None:
     path = tmp_path / "cluster.yaml"
     path.write_text(cluster_config("tdocker", extra="docker: {image: rayproject/ray:2.60.0}\n"))
-    result = run("up", "-y", str(path))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    bare = {**os.environ, "PATH": f"{bin_dir}:{Path(sys.executable).parent}"}  # no engine
+    result = run("up", "-y", str(path), env=bare)
     assert result.returncode == 2
-    assert "containers" in result.stderr and "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "docker is not installed here" in line and "remove the docker section" in line
+    assert not cluster_dir("tdocker").exists()
+    # A docker client whose daemon does not answer (as on this project's test machines).
+    docker = bin_dir / "docker"
+    docker.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
+    docker.chmod(0o755)
+    result = run("up", "-y", str(path), env=bare)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "`docker version` fails here (Cannot connect to the Docker daemon)" in line
     assert not cluster_dir("tdocker").exists()
 
 

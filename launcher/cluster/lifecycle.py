@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -60,19 +61,34 @@ def load_for_command(path: str, overrides: Overrides) -> tuple[ClusterConfig, st
 
 def refuse_unsupported(config: ClusterConfig, provider: NodeProvider) -> None:
     """Refuse, before anything is created, containers this machine cannot run: where the
-    nodes' containers run here (localhost), the engine must be installed here."""
+    nodes' containers run here (localhost), the engine must be installed here and answer."""
     images = config.docker.enabled or any(
         t.docker is not None and t.docker.worker_image for t in config.node_types.values()
     )
     if not (images and config.docker.container_name) or provider.containers_run != "here":
         return
     engine = "podman" if config.docker.use_podman else "docker"
+    fix = (
+        "(or set docker.use_podman to use the other engine), or remove the docker section "
+        '(or set image: "") to run Ray directly'
+    )
     if shutil.which(engine) is None:
         raise UsageError(
             f"{config.source}: the docker section runs each node in a {engine} container on "
-            f"this machine, but {engine} is not installed here; install it (or set "
-            "docker.use_podman to use the other engine), or remove the docker section "
-            '(or set image: "") to run Ray directly'
+            f"this machine, but {engine} is not installed here; install it {fix}"
+        )
+    try:
+        probe = subprocess.run(
+            [engine, "version"], capture_output=True, text=True, timeout=30, check=False
+        )
+        problem = None if probe.returncode == 0 else (probe.stderr.strip().splitlines() or [""])[-1]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        problem = str(exc)
+    if problem is not None:
+        raise UsageError(
+            f"{config.source}: the docker section runs each node in a {engine} container on "
+            f"this machine, but `{engine} version` fails here ({problem or 'no output'}); "
+            f"start its daemon {fix}"
         )
 
 

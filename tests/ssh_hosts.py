@@ -295,6 +295,9 @@ class IsolatedHost:
             (self.home / name).write_text(rc + "export PATH\n")
         (self.root / "authorized_keys").write_text(public_key)
         make_key(self.host_key)
+        # More sshd_config lines (e.g. `SetEnv NAME=value` for every session), read when
+        # the host starts.
+        self.sshd_options: list[str] = []
         self._unshare: subprocess.Popen[bytes] | None = None
         self._init_pid: int | None = None  # this box's PID of the host's PID 1 (sshd)
         self._pid_ns: str | None = None
@@ -370,6 +373,7 @@ class IsolatedHost:
                     f"AuthorizedKeysFile {self.root / 'authorized_keys'}",
                     "PidFile none",
                     "AllowUsers root",
+                    *self.sshd_options,
                     *SSHD_COMMON,
                 ]
             )

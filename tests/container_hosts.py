@@ -1,5 +1,6 @@
-"""Test machines with a container engine: tests/fake_docker.py, the stand-in for `docker` and
-`podman`, installed on an isolated host (tests/ssh_hosts.py), and what it recorded there."""
+"""Test machines with a stand-in container engine: tests/fake_docker.py, for `docker` and
+`podman`, installed on an isolated host (tests/ssh_hosts.py), and what it recorded there.
+(tests/podman_hosts.py gives hosts the real podman.)"""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """A STAND-IN for a container engine's command line (`docker`, `podman`), for tests only.
 
-No container engine can run on the test machines (no daemon, and no image can be pulled),
-so the container tests install this script as `docker` and `podman` on the PATH of their
-isolated SSH hosts (tests/ssh_hosts.py). Everything else in those tests is real: sshd, Ray,
-the launcher. This script implements only the commands the launcher uses, with docker's
-exit codes and messages where they matter, and refuses anything else loudly:
+For machines without a container engine: there the container tests install this script as
+`docker` and `podman` on the PATH of their isolated SSH hosts (tests/ssh_hosts.py); where
+podman is installed, tests/test_podman.py runs the same flows against it instead.
+Everything else in those tests is real: sshd, Ray, the launcher. This script implements
+only the commands the launcher uses, with docker's exit codes and messages where they
+matter, and refuses anything else loudly:
 
   pull IMAGE                      records the image (any name "pulls")
   image inspect [--format F] IMG  fails for an image never pulled

@@ -1,12 +1,13 @@
 """Containers (`docker:`): which container each node gets, the command lines, and clusters
 whose setup and Ray run in containers.
 
-No container engine can run on this machine (no daemon; no image can be pulled), so
-tests/fake_docker.py stands in for `docker` and `podman`: a test-only script that records
-images and containers and runs `exec`'d commands on the host with the container's own
-environment and home directory (its docstring says exactly what it models). Everything else
-is real: the launcher, sshd on isolated hosts (tests/ssh_hosts.py) and Ray, which runs in
-the "containers" of Ray's own on-prem example config, read unchanged but for its addresses.
+The end-to-end tests here use tests/fake_docker.py, a stand-in for `docker` and `podman`
+that records images and containers and runs `exec`'d commands on the host with the
+container's own environment and home directory (its docstring says exactly what it models),
+and run only on machines without podman: where podman (and docker-registry) are installed,
+tests/test_podman.py runs the same flows against the real engine. Everything else is real:
+the launcher, sshd on isolated hosts (tests/ssh_hosts.py) and Ray, which runs in the
+"containers" of Ray's own on-prem example config, read unchanged but for its addresses.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import dataclasses
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +30,7 @@ import pytest
 from launcher.config.loader import parse_config
 from launcher.config.model import ClusterConfig
 from launcher.runners.container import (
+    KEEP_ALIVE,
     LABEL,
     ContainerRunner,
     ContainerSpec,
@@ -41,12 +44,14 @@ from launcher.runners.container import (
     parse_facts,
     parse_state,
     run_command,
+    same_image,
 )
 from launcher.runners.local import LocalProcessRunner
 from launcher.updater.hashing import node_hashes
 from tests.cluster_helpers import on_terminal
 from tests.conftest import RAY_EXAMPLES, run_cli
 from tests.container_hosts import FAKE_DOCKER, calls, containers_on, engine_calls, equip
+from tests.podman_hosts import real_engine_unavailable
 from tests.ssh_hosts import IsolatedHost, isolated_hosts, make_key
 
 BASE = """
@@ -120,7 +125,7 @@ def test_run_command_is_the_engine_argv_with_the_users_options_as_shell_words() 
         "-v", "/home/me/.ssh:/home/ray/.ssh:ro",
         "--gpus", "all", "--shm-size=337920000b",  # 30% of available memory, plus 10%
         "--ulimit", "nofile=65536:65536",
-        "rayproject/ray-ml:latest-gpu", "tail", "-f", "/dev/null",
+        "rayproject/ray-ml:latest-gpu", *KEEP_ALIVE,
     ]  # fmt: skip
 
 
@@ -170,6 +175,37 @@ def test_a_running_container_is_kept_only_if_started_from_the_same_spec() -> Non
     assert stopped.action is StartAction.REPLACE and "stopped" in stopped.reason
     foreign = decide_start(ContainerState(True, "img:2", None), spec)
     assert foreign.action is StartAction.REPLACE and "not started by the launcher" in foreign.reason
+
+
+def test_an_image_is_the_same_whatever_the_engine_added_to_its_name() -> None:
+    # Real podman reports the registry it pulled a short name from, docker its defaults.
+    spec = ContainerSpec("podman", "c", "launcher-test/small:1", True)
+    pulled = ContainerState(True, "127.0.7.250:5000/launcher-test/small:1", "old options")
+    assert decide_start(pulled, spec).reason == "its run options changed"
+    older = ContainerState(True, "127.0.7.250:5000/launcher-test/small:0", "old options")
+    assert decide_start(older, spec).reason == (
+        "the image changed from launcher-test/small:0 to launcher-test/small:1"
+    )
+    hub = ContainerState(True, "docker.io/library/ubuntu:22.04", "old")
+    assert (
+        "from ubuntu:22.04 to"
+        in decide_start(hub, ContainerSpec("docker", "c", "ray", True)).reason
+    )
+    for reported, wanted in [
+        ("docker.io/library/ubuntu:latest", "ubuntu"),
+        ("docker.io/rayproject/ray:latest", "rayproject/ray"),
+        ("localhost/ray:1", "ray:1"),
+        ("quay.io/x/ray:1", "quay.io/x/ray:1"),
+        ("ray@sha256:ab", "ray@sha256:ab"),
+    ]:
+        assert same_image(reported, wanted), (reported, wanted)
+    for reported, wanted in [
+        ("quay.io/x/ray:1", "ghcr.io/x/ray:1"),
+        ("127.0.7.250:5000/ray:1", "ray:2"),
+        ("ray:1", "localhost:5000/ray:1"),
+        ("rayproject/ray:latest", "rayproject/ray-ml"),
+    ]:
+        assert not same_image(reported, wanted), (reported, wanted)
 
 
 def test_what_the_host_reports_is_parsed() -> None:
@@ -320,7 +356,14 @@ def test_runner_starts_reuses_and_replaces_the_container(
 
 
 def test_runner_names_a_host_without_the_engine(tmp_path: Path) -> None:
-    host = _host(tmp_path, {"PATH": "/usr/bin:/bin"})
+    # A PATH with a shell and the basics but no engine (this machine may have one).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "sh", "cat", "awk", "tail", "tar"):
+        found = shutil.which(tool)
+        assert found is not None, tool
+        (bin_dir / tool).symlink_to(found)
+    host = _host(tmp_path, {"PATH": str(bin_dir)})
     runner = ContainerRunner(host, ContainerSpec("podman", "c", "i", True))
     with pytest.raises(Exception, match="podman is not installed on the host"):
         runner.ensure()
@@ -338,6 +381,11 @@ def _alive(pid: int) -> bool:
 # -- end to end: isolated SSH hosts, real Ray, the stand-in engine ------------------------------
 HEAD_IP, WORKER_IP, SMALL_IP = "127.0.6.60", "127.0.6.61", "127.0.6.62"
 needs_sshd = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")
+# The stand-in engine is for machines without a real one.
+without_engine = pytest.mark.skipif(
+    real_engine_unavailable() is None,
+    reason="this machine has podman: tests/test_podman.py runs this flow against it",
+)
 
 
 def launcher(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -421,6 +469,7 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Example]:
 
 
 @needs_sshd
+@without_engine
 def test_example_full_comes_up_in_containers(example: Example) -> None:
     result = example.run("up", "-y", str(example.path))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -430,7 +479,7 @@ def test_example_full_comes_up_in_containers(example: Example) -> None:
         (run,) = [c for c in made if c[0] == "run"]
         assert run[run.index("--name") + 1] == "ray_container" and "--net=host" in run
         assert run[run.index("--ulimit") + 1] == "nofile=65536:65536"  # the example's option
-        assert run[-4:] == [IMAGE, "tail", "-f", "/dev/null"]
+        assert run[-1 - len(KEEP_ALIVE) :] == [IMAGE, *KEEP_ALIVE]
         assert containers_on(host) == ["ray_container"]
     inside = example.head.path("~/fake-docker/home")
     # The launcher's own files on the head are in the container, not on the host.
@@ -443,6 +492,7 @@ def test_example_full_comes_up_in_containers(example: Example) -> None:
 
 
 @needs_sshd
+@without_engine
 def test_exec_and_rsync_reach_into_the_head_container(example: Example, tmp_path: Path) -> None:
     status = example.run("exec", str(example.path), "ray status")
     assert status.returncode == 0, status.stdout + status.stderr
@@ -463,6 +513,7 @@ def test_exec_and_rsync_reach_into_the_head_container(example: Example, tmp_path
 
 
 @needs_sshd
+@without_engine
 def test_attach_opens_a_shell_in_the_head_container(example: Example) -> None:
     typed = b"echo in-$HOME-$((6 * 7)); exit 3\n"
     output, code = on_terminal(["attach", str(example.path)], example.env, typed)
@@ -472,6 +523,7 @@ def test_attach_opens_a_shell_in_the_head_container(example: Example) -> None:
 
 
 @needs_sshd
+@without_engine
 def test_second_up_reuses_the_containers_and_reruns_nothing(example: Example) -> None:
     before = {h.ip: len(engine_calls(h)) for h in (example.head, example.worker)}
     result = example.run("up", "-y", str(example.path))
@@ -485,6 +537,7 @@ def test_second_up_reuses_the_containers_and_reruns_nothing(example: Example) ->
 
 
 @needs_sshd
+@without_engine
 def test_down_removes_the_containers_and_everything_in_them(example: Example) -> None:
     result = example.run("down", "-y", str(example.path))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -526,6 +579,7 @@ head_start_ray_commands:
 
 
 @needs_sshd
+@without_engine
 def test_mounts_and_setup_go_into_the_container_and_a_new_image_replaces_it(  # noqa: PLR0915
     tmp_path: Path,
 ) -> None:

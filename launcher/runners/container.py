@@ -287,6 +287,17 @@ def same_image(reported: str, wanted: str) -> bool:
     )
 
 
+def _as_written(reported: str, wanted: str) -> str:
+    """`reported` without the registry an engine added, when `wanted` names none."""
+    registry = _registry(reported)
+    if registry is None or _registry(wanted) is not None:
+        return reported
+    name = reported[len(registry) + 1 :]
+    return (
+        name[len("library/") :] if registry == "docker.io" and name.startswith("library/") else name
+    )
+
+
 def _registry(reference: str) -> str | None:
     first, slash, _ = reference.partition("/")
     if slash and ("." in first or ":" in first or first == "localhost"):
@@ -333,7 +344,7 @@ def decide_start(state: ContainerState | None, spec: ContainerSpec) -> StartPlan
     elif state.label is None:
         reason = "it was not started by the launcher"
     elif not same_image(state.image, spec.image):
-        reason = f"the image changed from {state.image} to {spec.image}"
+        reason = f"the image changed from {_as_written(state.image, spec.image)} to {spec.image}"
     else:
         reason = "its run options changed"
     return StartPlan(StartAction.REPLACE, reason)

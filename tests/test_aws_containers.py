@@ -46,6 +46,7 @@ from typing import Any
 import pytest
 import yaml
 
+from launcher.runners.container import KEEP_ALIVE
 from tests.aws_fake import InstanceHosts, MotoServer, loopback_vpc, tag
 from tests.cluster_helpers import wait_for
 from tests.conftest import RAY_EXAMPLES
@@ -206,7 +207,7 @@ def assert_container(host: IsolatedHost) -> None:
     (run,) = [c for c in made if c[0] == "run"]
     assert run[run.index("--name") + 1] == "ray_container" and "--net=host" in run
     assert run[run.index("--ulimit") + 1] == "nofile=65536:65536"  # the example's run_options
-    assert run[-4:] == [IMAGE, "tail", "-f", "/dev/null"]
+    assert run[-1 - len(KEEP_ALIVE) :] == [IMAGE, *KEEP_ALIVE]
     assert containers_on(host) == ["ray_container"]
 
 

@@ -115,6 +115,12 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     yield made
     made.podman("rm", "-af", "-t", "0")
     made.podman("system", "reset", "-f")
+    # The overlay driver mounts its directory on itself, here in this machine's namespace:
+    # unmounted, so the test's directory can be deleted.
+    with open("/proc/self/mountinfo") as mounts:
+        points = [line.split()[4] for line in mounts]
+    for point in sorted((p for p in points if p.startswith(f"{root}/")), reverse=True):
+        subprocess.run(["umount", point], capture_output=True, check=False)
 
 
 def test_each_node_is_a_container_with_ray_inside(engine: Engine, tmp_path: Path) -> None:

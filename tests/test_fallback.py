@@ -460,3 +460,21 @@ def test_daemon_replaces_a_preempted_spot_worker_with_its_fallback(
     assert sorted(n.node_type for n in cloud.made) == ["ondemand", "ondemand"]
     log = Path(STATE_FILE).expanduser().read_text()
     assert "was preempted in zone-b" in log
+
+
+class _Stuck(_Cloud):
+    """A provider that cannot free any node (on-prem: a machine whose Ray would not stop)."""
+
+    def terminate_nodes(self, node_ids: Sequence[str]) -> None:
+        raise ProviderError(f"could not stop Ray on {', '.join(node_ids)}: raylet (pid 7)")
+
+
+def test_daemon_goes_on_launching_when_a_node_cannot_be_freed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    daemon, cloud = _daemon(monkeypatch, tmp_path, {("spot", "zone-a"): 5}, _Stuck)
+    _tick(daemon)
+    assert [n.node_type for n in cloud.made] == ["spot", "spot"]
+    cloud.made[0] = dataclasses.replace(cloud.made[0], tags={TAG_STATUS: NodeStatus.FAILED})
+    _tick(daemon)  # the failed one cannot be freed; its replacement is launched all the same
+    assert len(cloud.made) == 3 and cloud.made[0].status is NodeStatus.FAILED

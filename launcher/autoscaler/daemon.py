@@ -121,9 +121,15 @@ class Daemon:
         terminate = [node_id for node_id, _ in broken] + [i for i, _ in result.terminate]
         gone = set(terminate)
         if terminate:
-            self.provider.terminate_nodes(terminate)
-            if self.provider.terminating_frees_capacity:
-                self.executor.capacity.freed({n.zone for n in nodes if n.id in gone})
+            try:
+                self.provider.terminate_nodes(terminate)
+            except LauncherError as exc:
+                # A node that could not be freed (its Ray would not stop) is listed again
+                # next tick; meanwhile the rest of the tick (launches) goes on.
+                log(f"error: {exc}")
+            else:
+                if self.provider.terminating_frees_capacity:
+                    self.executor.capacity.freed({n.zone for n in nodes if n.id in gone})
         for type_name, count, stands_in_for in result.launches():
             self.executor.launch(type_name, count, stands_in_for)
         self._write_state(demand, result, unavailable)

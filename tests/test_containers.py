@@ -48,7 +48,7 @@ from launcher.runners.container import (
 )
 from launcher.runners.local import LocalProcessRunner
 from launcher.updater.hashing import node_hashes
-from tests.cluster_helpers import on_terminal
+from tests.cluster_helpers import on_terminal, run
 from tests.conftest import RAY_EXAMPLES, run_cli
 from tests.container_hosts import FAKE_DOCKER, calls, containers_on, engine_calls, equip
 from tests.podman_hosts import real_engine_unavailable
@@ -389,14 +389,7 @@ without_engine = pytest.mark.skipif(
 
 
 def launcher(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
-    )
+    return run(*args, env=env, timeout=400)
 
 
 @contextlib.contextmanager

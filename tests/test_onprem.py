@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -22,7 +21,7 @@ import pytest
 from launcher.cluster.lifecycle import UpOptions, up
 from launcher.config.loader import Overrides
 from launcher.errors import ProviderError
-from tests.cluster_helpers import on_terminal
+from tests.cluster_helpers import on_terminal, run
 from tests.ssh_hosts import COUNT_NODES, IsolatedHost, isolated_hosts, make_key, ray_start_commands
 
 pytestmark = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")
@@ -56,14 +55,7 @@ head_setup_commands:
 def launcher(
     *args: str, env: dict[str, str], timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run(*args, env=env, timeout=timeout)
 
 
 class Cluster:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster_helpers import run
 from tests.ssh_hosts import IsolatedHost, isolated_hosts, make_key
 
 pytestmark = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")
@@ -44,14 +45,7 @@ worker_start_ray_commands:
 
 
 def launcher(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
-    )
+    return run(*args, env=env, timeout=400)
 
 
 def without_ray_on_path(host: IsolatedHost) -> None:

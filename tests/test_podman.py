@@ -19,7 +19,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from launcher.runners.container import ContainerSpec, HostFacts, run_command
-from tests.cluster_helpers import on_terminal
+from tests.cluster_helpers import on_terminal, run
 from tests.podman_hosts import (
     NOFILE_MAX,
     NPROC_MAX,
@@ -52,14 +51,7 @@ NOFILE = min(16384, NOFILE_MAX)  # the example asks for 65536, more than the tes
 
 
 def launcher(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return run(*args, env=env, timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -139,6 +139,7 @@ def test_a_virtualenv_ray_is_found_and_stopped_through_what_runs(tmp_path: Path)
             "start": f"{start} && {count}",
             "from-processes": find_python_script(None, []),
             "explicit-without-ray": find_python_script("/usr/bin/python3", []),
+            "explicit-in-home": find_python_script("~/nothing/python", []),
             "stop": stop_script([str(broken)]),
             "left": f"{count}; true",
             "stopped-again": stop_script([str(broken)]),
@@ -152,6 +153,8 @@ def test_a_virtualenv_ray_is_found_and_stopped_through_what_runs(tmp_path: Path)
     assert parse_python(results["from-processes"][1])[0] == str(VENV_BIN / "python")
     code, out = results["explicit-without-ray"]
     assert (code, parse_python(out)) == (3, (None, ("/usr/bin/python3",)))
+    home = os.environ.get("HOME", "/root")
+    assert parse_python(results["explicit-in-home"][1]) == (None, (f"{home}/nothing/python",))
     assert results["stop"][0] == 0, results["stop"]
     assert results["left"][1].strip() == "0"
     assert results["stopped-again"] == (0, "")

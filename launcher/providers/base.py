@@ -17,6 +17,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Literal
 
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import ProviderError
@@ -93,7 +94,7 @@ class NodeProvider(ABC):
     # Where the nodes' containers (`docker:`) run: "node" (each node is a machine of its
     # own, with one container of the config's name) or "here" (every node is on this
     # machine: one container each, named after the node, started with this machine's engine).
-    containers_run = "node"
+    containers_run: Literal["node", "here"] = "node"
     # Whether terminating a node gives its capacity back at once (a fixed pool of machines,
     # as on-prem): the autoscaler then stops avoiding that zone. False for clouds, where a
     # capacity failure says nothing about what a termination frees.

@@ -100,6 +100,13 @@ def gcs_port(head_commands: Sequence[str]) -> int:
     return port
 
 
+def _home_word(path: str) -> str:
+    """`path` as one shell word, with a leading `~/` as the user's home."""
+    if path.startswith("~/"):
+        return f'"$HOME"/{shlex.quote(path[2:])}'
+    return shlex.quote(path)
+
+
 def _words(paths: Sequence[str]) -> str:
     # Safe unquoted (see _RAY_PATH); a tilde must lead its word to expand.
     return " ".join(p for p in paths if _RAY_PATH.match(p))
@@ -136,7 +143,7 @@ def find_python_script(explicit: str | None, paths: Sequence[str]) -> str:
         "}",
     ]
     if explicit:
-        lines.append(f"try_py {shlex.quote(explicit)}")
+        lines.append(f"try_py {_home_word(explicit)}")
     else:
         lines += [
             'for p in $(ray_pythons); do try_py "$p"; done',

@@ -217,7 +217,7 @@ def test_stopped_workers_are_reused_and_down_terminates_them(
     worker = provider.create_nodes(spot, NodeKind.WORKER, 1, {"launcher-node-status": "x"})[0]
     provider.set_tags(worker.id, {TAG_SETUP_HASH: "applied"})  # its setup succeeded
     on_head = AwsProvider(provider.config, on_head=True)
-    on_head.terminate_nodes([worker.id])  # the autoscaler scaling down: stopped, kept
+    on_head.stop_nodes([worker.id])  # the autoscaler scaling down: stopped, kept
     state = server.client("ec2").describe_instances(InstanceIds=[worker.id])
     assert state["Reservations"][0]["Instances"][0]["State"]["Name"] in ("stopping", "stopped")
     assert provider.workers() == []
@@ -229,7 +229,7 @@ def test_stopped_workers_are_reused_and_down_terminates_them(
     assert restarted["launcher-node-status"] == "new"
     # What its disk holds stays known, so the updater does not set it up again.
     assert restarted[TAG_SETUP_HASH] == "applied"
-    on_head.terminate_nodes([worker.id])
+    on_head.stop_nodes([worker.id])
     removed = provider.cleanup()  # `down`: the stopped worker goes too
     assert removed == ["1 stopped instance(s)"]
     live = server.client("ec2").describe_instances(

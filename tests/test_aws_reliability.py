@@ -659,9 +659,9 @@ def provider_flow(cloud: Cloud, name: str, clients: Any) -> None:
     on_head.bootstrap()
     worker_type = config.node_types["worker"]
     (worker,) = on_head.create_nodes(worker_type, NodeKind.WORKER, 1, new)
-    on_head.terminate_nodes([worker.id])  # stopped: cache_stopped_nodes
+    on_head.stop_nodes([worker.id])  # stopped: cache_stopped_nodes
     on_head.create_nodes(worker_type, NodeKind.WORKER, 1, new)  # started again
-    on_head.terminate_nodes([worker.id])
+    on_head.stop_nodes([worker.id])
     assert {n.id for n in laptop.nodes()} == {head.id}
     laptop.terminate_nodes([head.id])
     laptop.cleanup(purge=True)

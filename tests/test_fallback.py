@@ -171,6 +171,7 @@ class _Cloud(NodeProvider):
         count: int,
         tags: Mapping[str, str],
         avoid_zones: Collection[str] = (),
+        request_id: str | None = None,
     ) -> list[Node]:
         self.gate.wait(10)
         with self.lock:

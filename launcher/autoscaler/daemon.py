@@ -122,7 +122,7 @@ class Daemon:
         gone = set(terminate)
         if terminate:
             try:
-                self.provider.terminate_nodes(terminate)
+                self.provider.stop_nodes(terminate)
             except LauncherError as exc:
                 # A node that could not be freed (its Ray would not stop) is listed again
                 # next tick; meanwhile the rest of the tick (launches) goes on.

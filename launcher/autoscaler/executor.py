@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ class PendingLaunch:
     count: int
     stands_in_for: str | None
     started: float  # time.time()
+    # The provider's idempotency key: a repeat of this launch makes nothing more.
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 @dataclass
@@ -95,7 +98,12 @@ class Executor:
         node_type = self.config.node_types[pending.node_type]
         avoid = self.capacity.avoided_zones(pending.node_type, self.clock())
         return self.provider.create_nodes(
-            node_type, NodeKind.WORKER, pending.count, tags, avoid_zones=avoid
+            node_type,
+            NodeKind.WORKER,
+            pending.count,
+            tags,
+            avoid_zones=avoid,
+            request_id=pending.request_id,
         )
 
     def _finished(self, pending: PendingLaunch) -> Callable[[Future[list[Node]]], None]:

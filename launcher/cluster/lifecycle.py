@@ -7,6 +7,7 @@ import shlex
 import shutil
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,7 +176,11 @@ def _head(
         raise LauncherError("cancelled; nothing was created")
     events(Message(f"creating the head node ({config.head_node_type})"))
     created = provider.create_nodes(
-        config.head_type, NodeKind.HEAD, 1, {TAG_STATUS: NodeStatus.UNINITIALIZED}
+        config.head_type,
+        NodeKind.HEAD,
+        1,
+        {TAG_STATUS: NodeStatus.UNINITIALIZED},
+        request_id=uuid.uuid4().hex,
     )
     return created[0], True, listed
 

@@ -1,12 +1,21 @@
 """The interface every provider implements, and the node records it returns.
 
-Invariants every provider keeps:
+Invariants every provider keeps (tests/contract/ checks them for every provider):
 - Cluster membership and node state live with the provider (cloud tags, or files for
   localhost), so a launcher that crashed or lost its laptop recovers by listing nodes.
-- `create_nodes`, `terminate_nodes` and `set_tags` are safe to repeat: terminating a node
-  that is gone is not an error, and a tag write replaces the keys it names.
+  `nodes()` shows this cluster's nodes only, each with its kind, type and cluster tags.
+- `create_nodes`, `terminate_nodes`, `stop_nodes` and `set_tags` are safe to repeat:
+  `create_nodes` called again with the same `request_id` makes nothing more (it answers
+  with the nodes the first call made), removing a node that is gone is not an error, and a
+  tag write merges the keys it names into the node's tags.
+- Capacity runs out as a CapacityError naming the zones tried, raised only once every
+  zone the provider may use (less `avoid_zones`) was tried.
 - Listing is eventually consistent with creation: a node just created may take a moment
   to appear, and callers never assume otherwise within one call.
+- `stop_nodes` keeps a node for later reuse where the provider can (`keeps_stopped_nodes`):
+  such a node leaves `nodes()`, and a later `create_nodes` of its type resumes it before
+  making new ones. Elsewhere it is `terminate_nodes`.
+- After every node is gone, `cleanup(purge=True)` leaves nothing of the cluster behind.
 """
 
 from __future__ import annotations
@@ -126,22 +135,38 @@ class NodeProvider(ABC):
         count: int,
         tags: Mapping[str, str],
         avoid_zones: Collection[str] = (),
+        request_id: str | None = None,
     ) -> list[Node]:
-        """Start `count` nodes of `node_type`, tagged with `tags` plus cluster, kind and type,
-        in zones other than `avoid_zones`. Raises CapacityError, naming the zones it tried,
-        when capacity runs out (after trying every zone it may use)."""
+        """Start `count` nodes of `node_type`, tagged with `tags` plus cluster, kind and type
+        (and TAG_LAUNCH_ID: `request_id`), in zones other than `avoid_zones`. Raises
+        CapacityError, naming the zones it tried, when capacity runs out (after trying
+        every zone it may use). A call repeated with the same `request_id` (its answer was
+        lost) makes only what the first did not: the nodes are those of both."""
 
     def new_node_tags(
-        self, node_type: NodeType, kind: NodeKind, tags: Mapping[str, str]
+        self,
+        node_type: NodeType,
+        kind: NodeKind,
+        tags: Mapping[str, str],
+        request_id: str | None = None,
     ) -> dict[str, str]:
         """The tags a node created by `create_nodes` starts with."""
-        return {
+        made = {
             **tags,
             TAG_CLUSTER: self.cluster_name,
             TAG_KIND: kind.value,
             TAG_TYPE: node_type.name,
             TAG_STATUS: tags.get(TAG_STATUS, NodeStatus.UNINITIALIZED),
         }
+        if request_id:
+            made[TAG_LAUNCH_ID] = request_id
+        return made
+
+    def made_by(self, request_id: str | None) -> list[Node]:
+        """The nodes an earlier `create_nodes` with `request_id` made (as listed now)."""
+        if not request_id:
+            return []
+        return [n for n in self.nodes() if n.tags.get(TAG_LAUNCH_ID) == request_id]
 
     def zones(self, node_type: NodeType) -> tuple[str, ...]:
         """The zones `create_nodes` may place `node_type` in (one "" where there is no
@@ -151,6 +176,17 @@ class NodeProvider(ABC):
     @abstractmethod
     def terminate_nodes(self, node_ids: Sequence[str]) -> None:
         """Stop and remove the nodes. Nodes already gone are ignored."""
+
+    # Whether `stop_nodes` keeps nodes for reuse (stopped cloud instances, billed for their
+    # disks only) rather than removing them.
+    @property
+    def keeps_stopped_nodes(self) -> bool:
+        return False
+
+    def stop_nodes(self, node_ids: Sequence[str]) -> None:
+        """What the autoscaler does with workers it frees: stopped and kept for reuse by a
+        later `create_nodes` where the provider `keeps_stopped_nodes`, else removed."""
+        self.terminate_nodes(node_ids)
 
     @abstractmethod
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:

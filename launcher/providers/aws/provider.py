@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import threading
 import time
 import uuid
@@ -63,6 +64,7 @@ from launcher.providers.aws.launch import (
 from launcher.providers.aws.spec import AwsProviderConfig
 from launcher.providers.base import (
     TAG_CLUSTER,
+    TAG_LAUNCH_ID,
     TAG_TYPE,
     Node,
     NodeKind,
@@ -226,15 +228,18 @@ class AwsProvider(NodeProvider):
         count: int,
         tags: Mapping[str, str],
         avoid_zones: Collection[str] = (),
+        request_id: str | None = None,
     ) -> list[Node]:
         all_tags = {
-            **self.new_node_tags(node_type, kind, tags),
+            **self.new_node_tags(node_type, kind, tags, request_id),
             TAG_LAUNCH_CONFIG: launch_config_digest(node_type.node_config),
             "Name": f"launcher-{self.cluster_name}-{kind.value}",
         }
-        created: list[Node] = []
-        if kind is NodeKind.WORKER and self.settings.cache_stopped_nodes:
-            created += self._restart_stopped(node_type, count, all_tags, avoid_zones)
+        # A repeated request: what the first made (as listed; a launch it made that is not
+        # listed yet is answered again by EC2 for the same client token, below).
+        created = [n for n in self._made_by(request_id) if n.node_type == node_type.name][:count]
+        if len(created) < count and kind is NodeKind.WORKER and self.settings.cache_stopped_nodes:
+            created += self._restart_stopped(node_type, count - len(created), all_tags, avoid_zones)
         context = self.contexts()[node_type.name]
         if kind is NodeKind.WORKER:
             context = dataclasses.replace(context, instance_profile_arn=None)
@@ -244,7 +249,14 @@ class AwsProvider(NodeProvider):
             # AWS may launch fewer than asked (MinCount is 1): ask again for the rest.
             while len(created) < count:
                 try:
-                    batch = self._run(node_type, count - len(created), placement, context, all_tags)
+                    batch = self._run(
+                        node_type,
+                        count - len(created),
+                        placement,
+                        context,
+                        all_tags,
+                        _client_token(request_id, placement.zone, count - len(created)),
+                    )
                 except CapacityError as exc:
                     tried.append(placement.zone)
                     last = str(exc)
@@ -282,6 +294,7 @@ class AwsProvider(NodeProvider):
         placement: Placement,
         context: LaunchContext,
         tags: Mapping[str, str],
+        client_token: str,
     ) -> list[Node]:
         """One RunInstances call in `placement`; CapacityError when AWS has no room there."""
         request = run_request(
@@ -291,7 +304,7 @@ class AwsProvider(NodeProvider):
             context,
             tags,
             {TAG_CLUSTER: self.cluster_name},
-            client_token=uuid.uuid4().hex,
+            client_token=client_token,
         )
         # Written down until answered: if this command dies meanwhile, the next one learns
         # what the launch made by sending it again.
@@ -386,14 +399,31 @@ class AwsProvider(NodeProvider):
                 )
             time.sleep(2.0)
 
+    def _made_by(self, request_id: str | None) -> list[Node]:
+        if not request_id:
+            return []
+        launched = {"Name": f"tag:{TAG_LAUNCH_ID}", "Values": [request_id]}
+        found = (to_node(i, self.private, ()) for i in self._instances(LIVE_STATES, launched))
+        return [n for n in found if n is not None]
+
     # -- changing -----------------------------------------------------------------------
+    @property
+    def keeps_stopped_nodes(self) -> bool:
+        return self.settings.cache_stopped_nodes
+
     def terminate_nodes(self, node_ids: Sequence[str]) -> None:
-        """Remove instances. The autoscaler (on the head) stops workers instead when
-        cache_stopped_nodes is set; from the user's machine (`down`) they are terminated."""
+        """Terminate instances (stopped ones too)."""
+        self._remove(node_ids, stop=False)
+
+    def stop_nodes(self, node_ids: Sequence[str]) -> None:
+        """With cache_stopped_nodes, stop the instances (a later launch of their type and
+        node_config starts them again); else terminate them."""
+        self._remove(node_ids, stop=self.settings.cache_stopped_nodes)
+
+    def _remove(self, node_ids: Sequence[str], *, stop: bool) -> None:
         ids = list(dict.fromkeys(node_ids))
         if not ids:
             return
-        stop = self.on_head and self.settings.cache_stopped_nodes
         try:
             for start in range(0, len(ids), 500):
                 batch = ids[start : start + 500]
@@ -543,3 +573,12 @@ class AwsProvider(NodeProvider):
                     "instances still shutting down; run `launcher down --purge` again later"
                 )
             time.sleep(3.0)
+
+
+def _client_token(request_id: str | None, zone: str, count: int) -> str:
+    """RunInstances' idempotency token: fresh for a request without an id; for one with an
+    id, the same for a repeat of the same launch (zone and count), so EC2 answers a
+    repeated request with the instances the first made."""
+    if not request_id:
+        return uuid.uuid4().hex
+    return hashlib.sha256(f"{request_id}/{zone}/{count}".encode()).hexdigest()[:64]

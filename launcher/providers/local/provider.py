@@ -99,9 +99,10 @@ class OnPremProvider(NodeProvider):
         count: int,
         tags: Mapping[str, str],
         avoid_zones: Collection[str] = (),
+        request_id: str | None = None,
     ) -> list[Node]:
         candidates = [self.head_ip] if kind is NodeKind.HEAD else list(self.worker_ips)
-        created: list[Node] = []
+        created = [n for n in self.made_by(request_id) if n.node_type == node_type.name][:count]
         for ip in candidates:
             if len(created) == count:
                 break
@@ -110,7 +111,7 @@ class OnPremProvider(NodeProvider):
                 "kind": kind.value,
                 "node_type": node_type.name,
                 "created_at": time.time(),
-                "tags": self.new_node_tags(node_type, kind, tags),
+                "tags": self.new_node_tags(node_type, kind, tags, request_id),
             }
             if self.records.claim(record):
                 created.append(self._node(record))

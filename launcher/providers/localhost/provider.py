@@ -94,8 +94,12 @@ class LocalhostProvider(NodeProvider):
         count: int,
         tags: Mapping[str, str],
         avoid_zones: Collection[str] = (),
+        request_id: str | None = None,
     ) -> list[Node]:
         self.bootstrap()
+        created = [n for n in self.made_by(request_id) if n.node_type == node_type.name][:count]
+        if len(created) == count:
+            return created
         if ZONE in avoid_zones:
             raise CapacityError(node_type.name, (), "asked to avoid the only zone, localhost")
         capacity = node_type.node_config.get("simulated_capacity")
@@ -104,9 +108,8 @@ class LocalhostProvider(NodeProvider):
             room = max(0, capacity - existing)
         else:
             room = count
-        created = []
         with _machine_lock():
-            for _ in range(min(count, room)):
+            for _ in range(min(count - len(created), room)):
                 node_id = f"{kind.value[0]}-{uuid.uuid4().hex[:8]}"
                 home = self.nodes_dir / node_id / "home"
                 home.mkdir(parents=True)
@@ -120,7 +123,7 @@ class LocalhostProvider(NodeProvider):
                     "ip": _free_ip(),
                     "created_at": time.time(),
                     "ports": ports,
-                    "tags": self.new_node_tags(node_type, kind, tags),
+                    "tags": self.new_node_tags(node_type, kind, tags, request_id),
                 }
                 _write_json(self.nodes_dir / node_id / "node.json", data)
                 created.append(self._node(data, False))

@@ -41,16 +41,27 @@ class ProviderError(LauncherError):
 class CapacityError(ProviderError):
     """A launch failed for lack of capacity in every zone it tried (`zones`); `created`
     holds the nodes made before it ran out. Distinct from other provider errors because
-    the autoscaler answers it by avoiding those zones and using the type's fallbacks."""
+    the autoscaler answers it by avoiding those zones and using the type's fallbacks.
+
+    `scope` says how far the shortage reaches: "zone" (those zones had no room), or
+    "quota" (a limit of the account or region that no other zone lifts: the type is out
+    everywhere, and `zones` names every zone it may use)."""
 
     def __init__(
-        self, node_type: str, zones: Sequence[str], detail: str, created: Sequence[Any] = ()
+        self,
+        node_type: str,
+        zones: Sequence[str],
+        detail: str,
+        created: Sequence[Any] = (),
+        scope: str = "zone",
     ) -> None:
         self.node_type = node_type
         self.zones = tuple(zones)
         self.created = list(created)
+        self.scope = scope
         where = ", ".join(self.zones) or "every zone"
-        super().__init__(f"{node_type}: no capacity in {where}: {detail}")
+        what = "over its quota" if scope == "quota" else "no capacity"
+        super().__init__(f"{node_type}: {what} in {where}: {detail}")
 
 
 class HostKeyError(LauncherError):

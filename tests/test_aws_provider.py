@@ -118,6 +118,21 @@ def test_head_gets_the_instance_profile_and_workers_do_not(
     assert provider.head() == next(n for n in provider.nodes() if n.id == head.id)
 
 
+def test_a_quota_stops_the_launch_at_once_for_every_zone(
+    server: MotoServer, vpc: LoopbackVpc
+) -> None:
+    provider = ready(server, vpc)
+    spot = provider.config.node_types["spot"]
+    server.faults.add("RunInstances", "MaxSpotInstanceCountExceeded")
+    server.clear_calls()
+    with pytest.raises(CapacityError) as caught:
+        provider.create_nodes(spot, NodeKind.WORKER, 1, {})
+    assert caught.value.scope == "quota"  # no other zone would lift the account's limit
+    assert caught.value.zones == ("us-west-2a", "us-west-2b", "us-west-2c")
+    assert len(server.calls("RunInstances")) == 1
+    assert "over its quota" in str(caught.value)
+
+
 def test_capacity_errors_move_to_the_next_zone_then_give_up_naming_them(
     server: MotoServer, vpc: LoopbackVpc
 ) -> None:

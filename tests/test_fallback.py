@@ -479,3 +479,12 @@ def test_daemon_goes_on_launching_when_a_node_cannot_be_freed(
     cloud.made[0] = dataclasses.replace(cloud.made[0], tags={TAG_STATUS: NodeStatus.FAILED})
     _tick(daemon)  # the failed one cannot be freed; its replacement is launched all the same
     assert len(cloud.made) == 3 and cloud.made[0].status is NodeStatus.FAILED
+
+
+def test_a_quota_failure_avoids_every_zone_of_the_type() -> None:
+    executor, cloud, logged = _executor({("ondemand", "zone-a"): 5})
+    cloud.fail_with = CapacityError("spot", ("zone-a",), "VcpuLimitExceeded", scope="quota")
+    executor.launch("spot", 1)
+    _settle(executor)
+    assert executor.capacity.avoided_zones("spot", time.monotonic()) == {"zone-a", "zone-b"}
+    assert any("spot: over its quota in zone-b" in line for line in logged)

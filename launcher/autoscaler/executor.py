@@ -141,12 +141,14 @@ class Executor:
                     self.capacity.succeeded(launch.node_type, zone)
             elif isinstance(error, CapacityError):
                 made = f" ({len(outcome.nodes)} of {launch.count} made)" if outcome.nodes else ""
-                for zone in error.zones or self.provider.zones(
-                    self.config.node_types[launch.node_type]
-                ):
-                    wait = self.capacity.failed(launch.node_type, zone, now, "capacity failure")
+                every = self.provider.zones(self.config.node_types[launch.node_type])
+                # A quota is no zone's shortage: every zone of the type is out.
+                zones = every if error.scope == "quota" else (error.zones or every)
+                what = "over its quota" if error.scope == "quota" else "capacity failure"
+                for zone in zones:
+                    wait = self.capacity.failed(launch.node_type, zone, now, what)
                     self.log(
-                        f"{launch.node_type}: capacity failure in {zone or 'its zone'}{made}; "
+                        f"{launch.node_type}: {what} in {zone or 'its zone'}{made}; "
                         f"avoiding it for {wait:g} s",
                         "capacity",
                     )

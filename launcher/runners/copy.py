@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import paramiko
 
-    from launcher.runners.ssh import SSHTarget
+    from launcher.runners.ssh_target import SSHTarget
 
 # The cost model behind the choice (round trips on the open connection against a new one).
 SFTP_TRIPS_PER_FILE = 4  # open, chmod, utime, close (the writes are pipelined)

@@ -22,7 +22,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, TextIO, TypeVar
 
@@ -41,6 +40,9 @@ from launcher.runners.copy import (
     ssh_command,
 )
 from launcher.runners.known_hosts import KnownHosts
+from launcher.runners.ssh_target import SSHTarget
+
+__all__ = ["SSHRunner", "SSHTarget"]
 
 _TAIL_LINES = 20
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -52,19 +54,6 @@ _NOISE = (
 COMMAND_ATTEMPTS = 3  # a command whose connection drops is run again, this many times in all
 CopyMethod = Literal["auto", "rsync", "sftp"]
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True)
-class SSHTarget:
-    host: str
-    user: str
-    port: int = 22
-    key_path: str | None = None
-    proxy_command: str | None = None
-
-    def __str__(self) -> str:
-        port = "" if self.port == 22 else f":{self.port}"
-        return f"{self.user}@{self.host}{port}"
 
 
 class SSHRunner:

@@ -26,6 +26,10 @@ from launcher.errors import ProviderError
 MAX_ATTEMPTS = 10  # per call, throttling and transient errors included
 
 # RunInstances failures that mean "no room for this offering here": try elsewhere.
+# Limits of the account or region: no other zone lifts them.
+QUOTA_CODES = frozenset(
+    {"MaxSpotInstanceCountExceeded", "VcpuLimitExceeded", "InstanceLimitExceeded"}
+)
 CAPACITY_CODES = frozenset(
     {
         "InsufficientInstanceCapacity",
@@ -33,9 +37,9 @@ CAPACITY_CODES = frozenset(
         "InsufficientReservedInstanceCapacity",
         "InsufficientCapacity",
         "SpotMaxPriceTooLow",
-        "MaxSpotInstanceCountExceeded",
         "Unsupported",  # the type is not offered in this zone
         "InsufficientFreeAddressesInSubnet",
+        *QUOTA_CODES,
     }
 )
 THROTTLING_CODES = frozenset({"RequestLimitExceeded", "Throttling", "ThrottlingException"})
@@ -93,6 +97,11 @@ def error_message(exc: BaseException) -> str:
 
 def is_capacity(exc: BaseException) -> bool:
     return error_code(exc) in CAPACITY_CODES
+
+
+def capacity_scope(exc: BaseException) -> str:
+    """ "quota" for the account's or region's limits (no other zone lifts them), else "zone"."""
+    return "quota" if error_code(exc) in QUOTA_CODES else "zone"
 
 
 def is_not_found(exc: BaseException) -> bool:

@@ -42,6 +42,7 @@ from launcher.providers.aws.bootstrap import group_name, own_key_name, resolve
 from launcher.providers.aws.clients import (
     AwsClients,
     boto_errors,
+    capacity_scope,
     error_code,
     error_message,
     is_capacity,
@@ -258,6 +259,11 @@ class AwsProvider(NodeProvider):
                         _client_token(request_id, placement.zone, count - len(created)),
                     )
                 except CapacityError as exc:
+                    if exc.scope == "quota":  # no other zone lifts it: stop here
+                        zones = [p.zone for p in context.placements]
+                        raise CapacityError(
+                            node_type.name, zones, str(exc), self._with_ips(created), "quota"
+                        ) from exc
                     tried.append(placement.zone)
                     last = str(exc)
                     break
@@ -321,7 +327,10 @@ class AwsProvider(NodeProvider):
                     sent.forget(record)
                 if is_capacity(exc):
                     raise CapacityError(
-                        node_type.name, (placement.zone,), error_message(exc)
+                        node_type.name,
+                        (placement.zone,),
+                        error_message(exc),
+                        scope=capacity_scope(exc),
                     ) from exc
                 raise ProviderError(
                     f"{node_type.name}: launch in {placement.zone} ({placement.subnet_id}) "

@@ -85,6 +85,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
+from tests.gce_fake_batch import BATCH_PATH, answer_batch
 from tests.gce_fake_compute import Compute
 from tests.gce_fake_faults import Call, Fault, Faults, GoogleError, Logged
 from tests.gce_fake_iam import Iam
@@ -457,14 +458,14 @@ class GceServer:
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
-        status, body = self._answer(environ)
-        data = json.dumps(body).encode()
+        if environ.get("PATH_INFO") == BATCH_PATH and environ.get("REQUEST_METHOD") == "POST":
+            status, content_type, data = answer_batch(self, environ)
+        else:
+            status, body = self._answer(environ)
+            content_type, data = "application/json; charset=UTF-8", json.dumps(body).encode()
         start_response(
             f"{status} {REASONS.get(status, 'Status')}",
-            [
-                ("Content-Type", "application/json; charset=UTF-8"),
-                ("Content-Length", str(len(data))),
-            ],
+            [("Content-Type", content_type), ("Content-Length", str(len(data)))],
         )
         return [data]
 
@@ -475,13 +476,11 @@ class GceServer:
         raw = environ["wsgi.input"].read(length) if length else b""
         query = dict(parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True))
         origin = _ORIGIN.search(environ.get("HTTP_USER_AGENT", ""))
-        with self.cond:
-            self._seq += 1
-            seq = self._seq
+        seq = self.next_seq()
         if path == "/token" and verb == "POST":
             status, answer = self.iam.token(raw)
             call = Call(seq, "oauth2.token", verb, path, {}, None, None, origin and origin.group(1))
-            self._record(call, status, answer.get("error") if status != 200 else None, False)
+            self.record(call, status, answer.get("error") if status != 200 else None, False)
             return status, answer
         route, params = find_route(verb, path)
         if route is None:
@@ -517,7 +516,7 @@ class GceServer:
                 location="Authorization",
                 locationType="header",
             )
-            self._record(call, 401, "authError", False)
+            self.record(call, 401, "authError", False)
             return 401, error.body(compute)
         return self._handle(route, call, compute)
 
@@ -564,12 +563,17 @@ class GceServer:
             message = failing.message or _fault_message(failing.error, call, self.project)
             answer = GoogleError(status, failing.error, message).body(compute)
             reason = failing.error
-        self._record(
+        self.record(
             call, status, reason or injected_code, failing is not None or injected_code is not None
         )
         return status, answer
 
-    def _record(self, call: Call, status: int, error: str | None, injected: bool) -> None:
+    def next_seq(self) -> int:
+        with self.cond:
+            self._seq += 1
+            return self._seq
+
+    def record(self, call: Call, status: int, error: str | None, injected: bool) -> None:
         with self.cond:
             self._log.append(Logged(call, status, error, injected))
 

@@ -16,7 +16,6 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import paramiko
@@ -326,6 +325,44 @@ def test_capacity_errors_finish_the_operation_and_the_instance_never_exists(
         _insert(compute, "big", OTHER)
     assert _error(unavailable)[:2] == (503, "ZONE_RESOURCE_POOL_EXHAUSTED")
     assert stockout.fired == 1
+
+
+def test_faults_skip_effects_and_the_log_and_reset_forgets_everything(
+    server: GceServer, compute: Any
+) -> None:
+    seen: list[str] = []
+    watcher = server.faults.add(
+        "instances.get", effect=lambda call: seen.append(call.params["instance"])
+    )
+    missing = server.faults.add("instances.get", "notFound", skip=1, times=1, zone=OTHER)
+    _wait(compute, _insert(compute, "n", OTHER))
+    assert _get(compute, "n", OTHER)["name"] == "n"  # skipped
+    with pytest.raises(HttpError) as injected:
+        _get(compute, "n", OTHER)
+    assert _error(injected)[:2] == (404, "notFound")
+    assert _get(compute, "n", OTHER)["name"] == "n"  # fired once
+    assert (
+        seen == ["n", "n", "n"] and watcher.fired == 3 and (missing.seen, missing.fired) == (2, 1)
+    )
+    gets = server.calls("compute.instances.get")
+    assert [(c.status, c.injected, c.call.zone) for c in gets] == [
+        (200, False, OTHER),
+        (404, True, OTHER),
+        (200, False, OTHER),
+    ]
+    insert = server.calls("instances.insert")[0].call
+    assert insert.body["name"] == "n" and insert.params["project"] == P
+
+    with pytest.raises(HttpError) as unmodelled:  # a real method the fake does not model
+        compute.instances().reset(project=P, zone=OTHER, instance="n").execute()
+    assert (
+        _error(unmodelled)[0] == 501
+        and "compute.instances.reset" in _error(unmodelled)[2]["message"]
+    )
+
+    server.reset()
+    assert server.instances() == [] and server.calls() == [] and list(server.faults) == []
+    assert "items" not in compute.instances().list(project=P, zone=OTHER).execute()  # same token
 
 
 # -- lists ----------------------------------------------------------------------------------
@@ -872,39 +909,55 @@ def test_the_real_gcloud_cli_creates_lists_describes_and_deletes(server: GceServ
     def gcloud(*args: str) -> str:
         done = server.gcloud(*args, prefix=prefix)
         assert done.returncode == 0, done.stderr
-        if strace:
+        if strace:  # every address gcloud connected to, DNS servers included
             found = re.findall(
                 r'inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)"', trace.read_text()
             )
             addresses = {a or b for a, b in found}
-            assert all(ipaddress.ip_address(a).is_loopback for a in addresses), addresses
+            assert addresses and all(ipaddress.ip_address(a).is_loopback for a in addresses), (
+                addresses
+            )
         return done.stdout
 
+    # First, in the server's fresh CLOUDSDK_CONFIG: activation fetches a token from token_uri.
+    assert (
+        "Activated"
+        in server.gcloud(
+            "auth", "activate-service-account", "--key-file", str(server.key_file), prefix=prefix
+        ).stderr
+    )
     zone = ["--zone", ZONE]
     gcloud(
-        "compute", "instances", "create", "g1", *zone, "--machine-type", "n1-standard-2",
+        "compute", "instances", "create", "g1", "g2", *zone, "--machine-type", "n1-standard-2",
         "--image-family", "debian-12", "--image-project", "debian-cloud", "--labels", "a=b",
     )  # fmt: skip
+    batches = server.calls("compute.batch")  # two requests at once: gcloud batches them
+    assert [b.call.params["parts"] for b in batches] == ["2", "2", "2"]  # insert, wait, get
     made = server.calls("instances.insert")[-1].call.body
     assert made["labels"] == {"a": "b"}
     assert made["disks"][0]["initializeParams"]["sourceImage"].endswith(
         "debian-cloud/zones/-/imageFamilyViews/debian-12"
     )
+    _insert(server.client("compute"), "unlabelled")
     listed = json.loads(
         gcloud("compute", "instances", "list", "--filter=labels.a=b", "--format=json")
     )
-    assert [(i["name"], i["labels"]) for i in listed] == [("g1", {"a": "b"})]
+    assert [(i["name"], i["labels"]) for i in listed] == [("g1", {"a": "b"}), ("g2", {"a": "b"})]
     described = json.loads(gcloud("compute", "instances", "describe", "g1", *zone, "--format=json"))
     assert described["networkInterfaces"][0]["networkIP"] == "127.17.9.2"
-    gcloud("compute", "instances", "delete", "g1", *zone, "--quiet")
-    assert server.instances() == []
+    assert described["status"] == "RUNNING" and described["labels"] == {"a": "b"}
+    gcloud("compute", "instances", "delete", "g1", "g2", *zone, "--quiet")
+    assert [v.name for v in server.instances()] == ["unlabelled"]
     methods = {c.method for c in server.calls()}
     assert {
         "oauth2.token",
+        "compute.zones.get",
+        "compute.projects.get",
         "compute.zoneOperations.wait",
         "compute.instances.aggregatedList",
+        "compute.instances.get",
+        "compute.instances.delete",
     } <= methods
     assert all(c.status < 400 for c in server.calls()), [
         c for c in server.calls() if c.status >= 400
     ]
-    assert Path(server.env()["CLOUDSDK_CONFIG"]).is_dir()

@@ -272,6 +272,40 @@ class GceServer:
             "GCE_METADATA_IP": f"127.0.0.1:{self.port}",
         }
 
+    def host_env(self) -> dict[str, str]:
+        """The variables of a session on an instance (GceHosts sets them through sshd's
+        SetEnv): the endpoint overrides and the project. Credentials come from the key
+        written as the host's application default credentials (`write_google_files`)."""
+        return {
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": self.endpoint("compute"),
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_IAM": self.endpoint("iam"),
+            "CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDRESOURCEMANAGER": self.endpoint(
+                "cloudresourcemanager"
+            ),
+            "CLOUDSDK_CORE_PROJECT": self.project,
+            "GOOGLE_CLOUD_PROJECT": self.project,
+            "GCE_METADATA_HOST": f"127.0.0.1:{self.port}",
+            "GCE_METADATA_ROOT": f"127.0.0.1:{self.port}",
+        }
+
+    def write_google_files(self, home: Path) -> None:
+        """In `home`/.config/gcloud: the key as application default credentials (what
+        google.auth.default() finds first without GOOGLE_APPLICATION_CREDENTIALS) and a
+        gcloud configuration with this project and the endpoint overrides."""
+        config = home / ".config" / "gcloud"
+        (config / "configurations").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.key_file, config / "application_default_credentials.json")
+        (config / "application_default_credentials.json").chmod(0o600)
+        (config / "active_config").write_text("default")
+        (config / "gce").write_text("False")
+        (config / "configurations" / "config_default").write_text(
+            f"[core]\nproject = {self.project}\naccount = {self.account_email}\n"
+            "disable_usage_reporting = true\n[component_manager]\ndisable_update_check = true\n"
+            f"[api_endpoint_overrides]\ncompute = {self.endpoint('compute')}\n"
+            f"iam = {self.endpoint('iam')}\n"
+            f"cloudresourcemanager = {self.endpoint('cloudresourcemanager')}\n"
+        )
+
     def gcloud(
         self, *args: str, timeout: float = 180, prefix: tuple[str, ...] = ()
     ) -> subprocess.CompletedProcess[str]:

@@ -33,7 +33,11 @@ class GceHosts:
     install them: the `ssh-keys` (and legacy `sshKeys`) entries of the instance's metadata
     and, unless its metadata sets block-project-ssh-keys=true, of the project's common
     metadata, re-read on every pass (so setMetadata takes effect on a running host); plus
-    `extra_keys`. The hosts log in root only: a key listed for any user (`ubuntu:ssh-...`)
+    `extra_keys`. Sessions get `server.host_env()` (endpoint overrides, project) and the
+    home has the fake's key as application default credentials
+    (`server.write_google_files`), so google-auth and googleapiclient on a host (the head's
+    autoscaler) reach the fake as the instance's service account would reach GCE. The hosts
+    log in root only: a key listed for any user (`ubuntu:ssh-...`)
     opens a root session. `on_boot`, if given, is called with each new host before it first
     boots. A thread polls the server every `poll` seconds.
 
@@ -214,6 +218,9 @@ class GceHosts:
             host = self._hosts.get(view.id)
         if host is None:
             host = IsolatedHost(view.ip, self._keys(view))
+            self.server.write_google_files(host.home)
+            env = self.server.host_env()
+            host.sshd_options.append("SetEnv " + " ".join(f"{k}={v}" for k, v in env.items()))
             if self.on_boot is not None:
                 self.on_boot(host)
             with self._lock:

@@ -843,6 +843,15 @@ def test_running_instances_are_ssh_hosts_with_the_keys_of_their_metadata(
             "ok",
         ]
         assert _ssh(host.ip, project_key, "echo in").strip() == "in"  # project-wide key
+        probe = (
+            "python3 -c 'import os, google.auth; from googleapiclient import discovery; "
+            "credentials, project = google.auth.default(); "
+            'endpoint = os.environ["CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE"]; '
+            'compute = discovery.build("compute", "v1", credentials=credentials, '
+            'client_options={"api_endpoint": endpoint}, static_discovery=True); '
+            f'print(project, len(compute.instances().list(project=project, zone="{ZONE}").execute()["items"]))\''
+        )
+        assert _ssh(host.ip, own, probe).split() == [P, "2"]  # from the instance, as the head would
         assert _ssh(closed.ip, own, "echo in").strip() == "in"
         for ip, key in ((closed.ip, project_key), (host.ip, stranger)):
             with pytest.raises(paramiko.AuthenticationException):

@@ -58,6 +58,9 @@ def test_concurrent_installs_on_one_head_both_succeed(
         assert install_on_head(runners[0], {}, PythonChoice(explicit=other))[1] == "installed"
         assert host.path("~/.launcher/venv/.launcher-python").read_text().strip() == other
         assert install_on_head(runners[0], {}, PythonChoice(explicit=other))[1] == "reused"
+        # Its Ray gone from that Python (as recorded): looked for again, and installed again.
+        host.path("~/.launcher/venv/.launcher-ray").write_text("/nowhere/ray/__init__.py\n")
+        assert install_on_head(runners[0], {}, PythonChoice(explicit=other))[1] == "installed"
         # Nothing of the installs is left beside the environment.
         leftovers = sorted(p.name for p in host.path("~/.launcher").iterdir())
         assert leftovers == ["venv"], leftovers

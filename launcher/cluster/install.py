@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.metadata
+import json
 import shlex
 import uuid
 import zipfile
@@ -118,17 +119,24 @@ def _b64_digest(data: bytes) -> str:
 def _probe_script(digest: str, choice: PythonChoice) -> str:
     """Shell for the head: find its Python with Ray (`@@python P`, or `@@tried ...` and exit
     3), then say whether the environment there is this wheel's over that same Python
-    (`@@reuse yes`). One round trip, cheap: a no-op `up` runs it every time."""
+    (`@@reuse yes`). One round trip, and cheap on a no-op `up`, which runs it every time:
+    an environment installed for the same wheel and the same choice (head_python and the
+    start commands' `ray` paths), whose Python and Ray are still there, is reused without
+    looking further (no process scan, no Python started)."""
     find = find_python_script(choice.explicit, choice.ray_paths)
+    recorded = f'PY=$(cat "{VENV}/.launcher-python" 2>/dev/null)'
     return "\n".join(
         [
+            f'if [ "$(cat "{VENV}/.launcher-digest" 2>/dev/null)" = {digest} ] && '
+            f'[ "$(cat "{VENV}/.launcher-choice" 2>/dev/null)" = {choice.digest} ] && '
+            f'{recorded} && [ -x "$PY" ] && [ -x "{VENV}/bin/python" ] && '
+            f'[ -f "$(cat "{VENV}/.launcher-ray" 2>/dev/null)" ]; then',
+            '  echo "@@python $PY"; echo "@@reuse yes"; exit 0',
+            "fi",
             f"found=$(\n{find}\n)",
             'echo "$found"',
             "PY=$(echo \"$found\" | sed -n 's/^@@python //p')",
             '[ -n "$PY" ] || exit 3',
-            f'[ "$(cat "{VENV}/.launcher-digest" 2>/dev/null)" = {digest} ] && '
-            f'[ "$(cat "{VENV}/.launcher-python" 2>/dev/null)" = "$PY" ] && '
-            f'[ -x "{VENV}/bin/python" ] && echo "@@reuse yes"',
             "exit 0",
         ]
     )
@@ -141,6 +149,12 @@ class PythonChoice:
 
     explicit: str | None = None
     ray_paths: tuple[str, ...] = ()
+
+    @property
+    def digest(self) -> str:
+        """Names the choice, so an environment installed for another is not reused as is."""
+        text = json.dumps([self.explicit, list(self.ray_paths)])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def advice(self) -> str:
         if self.explicit:
@@ -158,6 +172,7 @@ def _install_script(
     wheel_on_head: str,
     digest: str,
     python: str,
+    choice_digest: str,
     modules: Sequence[str],
     requirements: Sequence[str],
 ) -> str:
@@ -173,6 +188,7 @@ def _install_script(
     checks = shlex.quote("; ".join(f"import {name}" for name in (*_NEEDED, *modules)))
     more = " ".join(shlex.quote(r) for r in requirements)
     purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    ray_origin = "import importlib.util as u; print(u.find_spec('ray').origin)"
     # The head's own packages (Ray, as setup installed them) stay visible in the venv.
     site_dirs = (
         "import sys; print('\\n'.join(p for p in sys.path "
@@ -194,6 +210,8 @@ def _install_script(
             f'  out=$("$T/bin/python" -c {checks} 2>&1) || {{ echo "$out" | tail -n 1; exit 6; }}',
             "fi",
             f'echo {digest} > "$T/.launcher-digest"; echo "$PY" > "$T/.launcher-python"',
+            f'echo {choice_digest} > "$T/.launcher-choice"',
+            f'"$PY" -c {shlex.quote(ray_origin)} > "$T/.launcher-ray" || exit 6',
             # A concurrent install of the same wheel may have moved its own in first: fine.
             'rm -rf "$V" && mv -T "$T" "$V" || [ -x "$V/bin/python" ] || exit 7',
         ]
@@ -233,7 +251,7 @@ def install_on_head(
     modules = (sdk_module,) if sdk_module else ()
     requirements = _requirements(sdk_extra) if sdk_extra and sdk_module else []
     script = _install_script(
-        runner.remote_path(remote), wheel.digest, python, modules, requirements
+        runner.remote_path(remote), wheel.digest, python, choice.digest, modules, requirements
     )
     result = runner.run(script, env)
     if not result.ok:

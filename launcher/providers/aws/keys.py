@@ -10,62 +10,15 @@ whose private key is not on this machine cannot be used: the message says how to
 
 from __future__ import annotations
 
-import io
-import os
-from pathlib import Path
-
 from launcher.errors import ProviderError
-from launcher.paths import launcher_home
 from launcher.providers.aws.clients import AwsClients, boto_errors, error_message, is_not_found
 from launcher.providers.aws.instances import aws_tags
 from launcher.providers.base import TAG_CLUSTER
+from launcher.providers.keyfiles import key_path, new_private_key, public_key, write_private
 
 
 def default_key_name(cluster_name: str, region: str) -> str:
     return f"launcher-{cluster_name}-{region}"
-
-
-def key_path(key_name: str) -> Path:
-    return launcher_home() / "keys" / f"{key_name}.pem"
-
-
-KEY_BITS = 3072
-
-
-def _write_private(path: Path, material: str) -> None:
-    """Write `path` (0600) whole or not at all: a partial file is never left under its name."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(material if material.endswith("\n") else material + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.link(partial, path)  # fails if the key exists: it is never overwritten
-    finally:
-        partial.unlink(missing_ok=True)
-
-
-def _new_private_key() -> str:
-    import paramiko
-
-    text = io.StringIO()
-    paramiko.RSAKey.generate(KEY_BITS).write_private_key(text)
-    return text.getvalue()
-
-
-def _public_key(path: Path) -> str:
-    import paramiko
-
-    text = path.read_text()
-    for kind in (paramiko.RSAKey, paramiko.Ed25519Key, paramiko.ECDSAKey):
-        try:
-            key = kind.from_private_key(io.StringIO(text))
-        except (paramiko.SSHException, ValueError):
-            continue
-        return f"{key.get_name()} {key.get_base64()}"
-    raise ProviderError(f"{path} is not a private key the launcher can read")
 
 
 def key_pair_exists(clients: AwsClients, key_name: str) -> bool:
@@ -94,12 +47,12 @@ def ensure_key_pair(clients: AwsClients, key_name: str, cluster_name: str) -> st
     done = f"imported key pair {key_name} from {path}"
     if not path.exists():
         # Saved first: if what follows is interrupted, the next `up` imports this key.
-        _write_private(path, _new_private_key())
+        write_private(path, new_private_key())
         done = f"created key pair {key_name} (private key {path}, mode 0600)"
     tags = [{"ResourceType": "key-pair", "Tags": aws_tags({TAG_CLUSTER: cluster_name})}]
     try:
         clients.ec2.import_key_pair(
-            KeyName=key_name, PublicKeyMaterial=_public_key(path).encode(), TagSpecifications=tags
+            KeyName=key_name, PublicKeyMaterial=public_key(path).encode(), TagSpecifications=tags
         )
     except boto_errors() as exc:
         raise ProviderError(f"cannot create key pair {key_name}: {error_message(exc)}") from exc

@@ -11,8 +11,6 @@ caller's public address as AWS sees it (https://checkip.amazonaws.com).
 
 from __future__ import annotations
 
-import ipaddress
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +20,6 @@ from launcher.providers.aws.clients import AwsClients, boto_errors, error_messag
 from launcher.providers.aws.launch import Placement
 from launcher.providers.base import TAG_CLUSTER
 
-CHECKIP_URL = "https://checkip.amazonaws.com"
 SSH_RULE_NOTE = "launcher: SSH from the launcher's address"
 PEER_RULE_NOTE = "launcher: all traffic between the cluster's nodes"
 
@@ -75,20 +72,6 @@ def vpc_cidrs(clients: AwsClients, vpc_id: str) -> list[str]:
         raise ProviderError(f"cannot read VPC {vpc_id}: {error_message(exc)}") from exc
     blocks = [b["CidrBlock"] for b in vpc.get("CidrBlockAssociationSet", ())]
     return blocks or [vpc["CidrBlock"]]
-
-
-def public_address(timeout_s: float = 5.0) -> str:
-    """This machine's public IPv4 address as AWS sees it, as a /32."""
-    try:
-        with urllib.request.urlopen(CHECKIP_URL, timeout=timeout_s) as answer:
-            text = answer.read().decode().strip()
-        return f"{ipaddress.IPv4Address(text)}/32"
-    except (OSError, ValueError) as exc:
-        raise ProviderError(
-            f"cannot find this machine's public address from {CHECKIP_URL} ({exc}); set "
-            "provider.allow_ssh_from to the address ranges SSH may come from, such as "
-            "[203.0.113.7/32]"
-        ) from exc
 
 
 def wanted_rules(

@@ -71,6 +71,8 @@ from launcher.providers.base import (
     NodeKind,
     NodeProvider,
 )
+from launcher.providers.caller import public_address
+from launcher.providers.keyfiles import key_path
 from launcher.providers.ssh_access import SSHAccess, known_hosts_path
 from launcher.runners.base import CommandRunner
 from launcher.runners.forward import PortOpener
@@ -115,7 +117,7 @@ class AwsProvider(NodeProvider):
             self._gone.update(answered.load(answered.removed_path(self.cluster_name), time.time()))
         key = config.auth.ssh_private_key
         name = own_key_name(config)
-        self._key = key if key else (str(keys.key_path(name)) if name else None)
+        self._key = key if key else (str(key_path(name)) if name else None)
         self._ssh: SSHAccess | None = None
 
     # -- bootstrap ----------------------------------------------------------------------
@@ -138,7 +140,7 @@ class AwsProvider(NodeProvider):
             return list(self.settings.allow_ssh_from)
         if self.settings.use_internal_ips:
             return network.vpc_cidrs(self.clients, vpc_id)
-        return [network.public_address()]
+        return [public_address()]
 
     def contexts(self) -> dict[str, LaunchContext]:
         """What launches of each node type need, looked up once (bootstrap sets it)."""

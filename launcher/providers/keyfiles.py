@@ -1,0 +1,70 @@
+"""Private keys the launcher makes and keeps on this machine for clouds that log in with a
+key it manages (`$LAUNCHER_HOME/keys/NAME.pem`, mode 0600, written once, never overwritten),
+and the public half of any private key file.
+
+A key is made and saved here before any cloud hears of it, so an interrupted `up` never
+leaves a cloud holding a public key whose private half is lost."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+from launcher.errors import ProviderError
+from launcher.paths import launcher_home
+
+KEY_BITS = 3072
+
+
+def key_path(key_name: str) -> Path:
+    return launcher_home() / "keys" / f"{key_name}.pem"
+
+
+def write_private(path: Path, material: str) -> None:
+    """Write `path` (0600) whole or not at all: a partial file is never left under its name,
+    and an existing key is never overwritten (FileExistsError)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(material if material.endswith("\n") else material + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.link(partial, path)  # fails if the key exists: it is never overwritten
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def new_private_key() -> str:
+    import paramiko
+
+    text = io.StringIO()
+    paramiko.RSAKey.generate(KEY_BITS).write_private_key(text)
+    return text.getvalue()
+
+
+def ensure_key(path: Path) -> bool:
+    """Make the private key at `path` unless it exists. Returns whether it was made."""
+    if path.exists():
+        return False
+    try:
+        write_private(path, new_private_key())
+    except FileExistsError:
+        return False  # made meanwhile by another command
+    return True
+
+
+def public_key(path: Path) -> str:
+    """`TYPE BASE64` of the private key at `path`."""
+    import paramiko
+
+    text = path.expanduser().read_text()
+    for kind in (paramiko.RSAKey, paramiko.Ed25519Key, paramiko.ECDSAKey):
+        try:
+            key = kind.from_private_key(io.StringIO(text))
+        except (paramiko.SSHException, ValueError):
+            continue
+        return f"{key.get_name()} {key.get_base64()}"
+    raise ProviderError(f"{path} is not a private key the launcher can read")

@@ -4,15 +4,20 @@ the real google-api-python-client and the real gcloud CLI work against it.
 
     with GceServer() as server, GceHosts(server) as hosts:
         compute = server.client("compute")          # googleapiclient, token from the fake
-        server.faults.add("instances.insert", "ZONE_RESOURCE_POOL_EXHAUSTED", zone="us-west1-a")
+        server.faults.no_capacity(zone="us-west1-a")  # inserts there end in a failed operation
         ...  # the code under test, with server.env() in its environment
-        hosts.wait_for("us-west1-b", "node-1")      # an sshd on the instance's 127.17.x.y
+        host = hosts.wait_for("node-1")              # an sshd on the instance's 127.17.x.y
         server.preempt("node-1")                     # spot: TERMINATED (or gone), host off
+        server.calls("instances.insert")             # what the code under test asked for
 
 Modules: tests/gce_fake_faults.py (calls, faults, error bodies), gce_fake_filter.py (list
 filters, labels, paging), gce_fake_catalog.py (zones, machine types, images),
-gce_fake_compute.py and gce_fake_instance.py (Compute), gce_fake_iam.py (IAM, Resource
-Manager, OAuth2), tests/gce_hosts.py (instances as SSH hosts).
+gce_fake_compute.py, gce_fake_instance.py and gce_fake_network.py (Compute),
+gce_fake_iam.py (IAM, Resource Manager, OAuth2), gce_fake_routes.py (which method a
+request names), gce_fake_batch.py (Compute's batch endpoint), gce_fake_env.py (key file,
+environments, gcloud, clients), tests/gce_hosts.py (instances as SSH hosts). The
+self-tests are tests/test_gce_fake.py, test_gce_fake_catalog.py and
+test_gce_fake_clients.py (helpers in gce_fake_helpers.py).
 
 Routing comes from the discovery documents googleapiclient ships (compute.v1, iam.v1,
 cloudresourcemanager.v1): every method of those APIs is recognised by its path, and the
@@ -21,7 +26,7 @@ Compute lives under /compute/v1/, IAM under /iam/, Resource Manager under /crm/,
 endpoint at /token. Every API call needs `Authorization: Bearer TOKEN` with a token this
 server issued (401 otherwise, which google-auth answers by fetching a new token).
 
-Facts measured here (tests/test_gce_fake.py checks those marked *):
+Facts measured here (the self-tests check those marked *):
 - * googleapiclient 2.202 with static discovery and client_options api_endpoint
   `http://127.0.0.1:PORT/compute/v1/` (the suffix is required) sends every Compute call here;
   IAM and Resource Manager take `.../iam/` and `.../crm/` (their discovery paths begin with
@@ -51,6 +56,12 @@ Facts measured here (tests/test_gce_fake.py checks those marked *):
   `describe` is instances.get, `delete --quiet` instances.delete and zoneOperations.wait.
   One request at a time is not batched (several would go to /batch/compute/v1: not
   modelled). Each gcloud command takes 1-2 s here.
+- * Ray's own GCPNodeProvider (Ray 2.x in .venv) runs against the fake once
+  googleapiclient.discovery.build is given the fake's endpoint (Ray builds its clients
+  with static discovery and no endpoint option, and polls operations every 5 s: set the
+  Timings to 0 for it). Its list filter, `(labels.K = V) AND ((status = A) OR ...) AND
+  (NOT labels.tpu_cores:*)`, parses here. Ray's example configs write `scheduling` as a
+  one-element list; the fake takes that element (what GCE does with it is not known here).
 - Taken from GCE's documentation and public reports, not measurable here: a capacity
   failure (ZONE_RESOURCE_POOL_EXHAUSTED[_WITH_DETAILS], QUOTA_EXCEEDED) is an accepted
   insert (operation RUNNING) whose operation ends DONE with error.errors[].code, errorDetails
@@ -62,8 +73,9 @@ Facts measured here (tests/test_gce_fake.py checks those marked *):
   2, the lowest free one), natIP equal to networkIP (never a public address); a stopped
   instance keeps both; an address is free again only when its instance is gone, which
   (with GceHosts) is only once its machine is off. Timings (server.timings) default to
-  50 ms per lifecycle step; `server.step()` runs the next step at once for tests that set
-  them long.
+  50 ms per lifecycle step; at 0 a step happens inside the call (an insert answers DONE,
+  the instance RUNNING); `server.step()` runs the next step at once for tests that set them
+  long. A handler that raises answers 500 internalError and lands in `server.errors`.
 """
 
 from __future__ import annotations
@@ -71,14 +83,11 @@ from __future__ import annotations
 import copy
 import heapq
 import json
-import os
 import re
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,9 +96,10 @@ from urllib.parse import parse_qsl
 
 from tests.gce_fake_batch import BATCH_PATH, answer_batch
 from tests.gce_fake_compute import Compute
+from tests.gce_fake_env import ClientSide
 from tests.gce_fake_faults import Call, Fault, Faults, GoogleError, Logged
 from tests.gce_fake_iam import Iam
-from tests.gce_fake_routes import APIS, HANDLERS, REASONS, Route, find_route
+from tests.gce_fake_routes import HANDLERS, REASONS, Route, find_route
 
 __all__ = [
     "PROJECT",
@@ -124,7 +134,7 @@ class InstanceView:
     machine_on: bool
 
 
-class GceServer:
+class GceServer(ClientSide):
     """The fake on 127.0.0.1:`port` (a free one by default), in threads of this process.
     Use as a context manager or start()/stop(). See the module docstring."""
 
@@ -136,6 +146,7 @@ class GceServer:
         self.faults = Faults()
         self.cond = threading.Condition(threading.RLock())
         self._gcloud_ready = False  # the key file is activated in CLOUDSDK_CONFIG
+        self.errors: list[BaseException] = []  # exceptions handlers raised (answered 500)
         self.operation_fault: dict[int, tuple[str, int, str | None]] = {}
         self._port = port
         self._log: list[Logged] = []
@@ -195,167 +206,6 @@ class GceServer:
         self._server = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    # -- addresses and clients --
-
-    @property
-    def port(self) -> int:
-        return int(self._port)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def compute_url(self) -> str:
-        return f"{self.url}/compute/v1/"
-
-    @property
-    def token_uri(self) -> str:
-        return f"{self.url}/token"
-
-    @property
-    def key_file(self) -> Path:
-        return self.dir / "key.json"
-
-    def endpoint(self, api: str) -> str:
-        return self.url + APIS[api][1]
-
-    def _write_key(self) -> None:
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric import rsa
-
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        pem = key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ).decode()
-        info = {
-            "type": "service_account",
-            "project_id": self.project,
-            "private_key_id": uuid.uuid4().hex,
-            "private_key": pem,
-            "client_email": self.account_email,
-            "client_id": "100000000000000000001",
-            "auth_uri": f"{self.url}/auth",
-            "token_uri": self.token_uri,
-            "auth_provider_x509_cert_url": f"{self.url}/certs",
-            "client_x509_cert_url": f"{self.url}/certs/{ACCOUNT_ID}",
-            "universe_domain": "googleapis.com",
-        }
-        self.key_file.write_text(json.dumps(info, indent=2))
-        self.key_file.chmod(0o600)
-
-    def env(self) -> dict[str, str]:
-        """Variables that send google-auth, googleapiclient users and gcloud here, offline:
-        the endpoint overrides, the key file, a gcloud config directory of the server's
-        own, the project, no prompts, no usage reporting, no update checks, no metadata
-        server (google-auth and gcloud would otherwise probe 169.254.169.254)."""
-        return {
-            "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": self.endpoint("compute"),
-            "CLOUDSDK_API_ENDPOINT_OVERRIDES_IAM": self.endpoint("iam"),
-            "CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDRESOURCEMANAGER": self.endpoint(
-                "cloudresourcemanager"
-            ),
-            "GOOGLE_APPLICATION_CREDENTIALS": str(self.key_file),
-            "CLOUDSDK_CONFIG": str(self.dir / "gcloud"),
-            "CLOUDSDK_CORE_PROJECT": self.project,
-            "GOOGLE_CLOUD_PROJECT": self.project,
-            "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
-            "CLOUDSDK_CORE_DISABLE_USAGE_REPORTING": "true",
-            "CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK": "true",
-            "CLOUDSDK_SURVEY_DISABLE_PROMPTS": "true",
-            "CLOUDSDK_CORE_CHECK_GCE_METADATA": "false",
-            "NO_GCE_CHECK": "True",
-            "GCE_METADATA_HOST": f"127.0.0.1:{self.port}",
-            "GCE_METADATA_ROOT": f"127.0.0.1:{self.port}",
-            "GCE_METADATA_IP": f"127.0.0.1:{self.port}",
-        }
-
-    def host_env(self) -> dict[str, str]:
-        """The variables of a session on an instance (GceHosts sets them through sshd's
-        SetEnv): the endpoint overrides and the project. Credentials come from the key
-        written as the host's application default credentials (`write_google_files`)."""
-        return {
-            "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": self.endpoint("compute"),
-            "CLOUDSDK_API_ENDPOINT_OVERRIDES_IAM": self.endpoint("iam"),
-            "CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDRESOURCEMANAGER": self.endpoint(
-                "cloudresourcemanager"
-            ),
-            "CLOUDSDK_CORE_PROJECT": self.project,
-            "GOOGLE_CLOUD_PROJECT": self.project,
-            "GCE_METADATA_HOST": f"127.0.0.1:{self.port}",
-            "GCE_METADATA_ROOT": f"127.0.0.1:{self.port}",
-        }
-
-    def write_google_files(self, home: Path) -> None:
-        """In `home`/.config/gcloud: the key as application default credentials (what
-        google.auth.default() finds first without GOOGLE_APPLICATION_CREDENTIALS) and a
-        gcloud configuration with this project and the endpoint overrides."""
-        config = home / ".config" / "gcloud"
-        (config / "configurations").mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(self.key_file, config / "application_default_credentials.json")
-        (config / "application_default_credentials.json").chmod(0o600)
-        (config / "active_config").write_text("default")
-        (config / "gce").write_text("False")
-        (config / "configurations" / "config_default").write_text(
-            f"[core]\nproject = {self.project}\naccount = {self.account_email}\n"
-            "disable_usage_reporting = true\n[component_manager]\ndisable_update_check = true\n"
-            f"[api_endpoint_overrides]\ncompute = {self.endpoint('compute')}\n"
-            f"iam = {self.endpoint('iam')}\n"
-            f"cloudresourcemanager = {self.endpoint('cloudresourcemanager')}\n"
-        )
-
-    def gcloud(
-        self, *args: str, timeout: float = 180, prefix: tuple[str, ...] = ()
-    ) -> subprocess.CompletedProcess[str]:
-        """Run the real gcloud against this server (this process's own Google/gcloud
-        variables dropped), capturing its output; the first call activates the key file
-        (`gcloud auth activate-service-account --key-file`). `prefix` goes before the
-        command (e.g. strace)."""
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("CLOUDSDK_", "GOOGLE_", "GCE_")) and k != "VIRTUAL_ENV"
-        }
-        env.update(self.env())
-        if not self._gcloud_ready and args[:2] != ("auth", "activate-service-account"):
-            done = self.gcloud("auth", "activate-service-account", "--key-file", str(self.key_file))
-            if done.returncode != 0:
-                raise RuntimeError(f"gcloud could not activate the fake's key: {done.stderr}")
-        if args[:2] == ("auth", "activate-service-account"):
-            self._gcloud_ready = True
-        return subprocess.run(
-            [*prefix, shutil.which("gcloud") or "gcloud", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-
-    def credentials(self) -> Any:
-        from google.oauth2 import service_account
-
-        return service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
-            str(self.key_file), scopes=["https://www.googleapis.com/auth/cloud-platform"]
-        )
-
-    def client(self, api: str = "compute", credentials: Any = None) -> Any:
-        """A googleapiclient resource for `api` (compute, iam, cloudresourcemanager) with
-        the static discovery document, sent here, authorised by the key file's account."""
-        from googleapiclient import discovery
-
-        version = "v1"
-        return discovery.build(
-            api,
-            version,
-            static_discovery=True,
-            credentials=credentials or self.credentials(),
-            client_options={"api_endpoint": self.endpoint(api)},
-            cache_discovery=False,
-        )
-
     # -- state, log, scheduling --
 
     def calls(self, method: str | None = None) -> list[Logged]:
@@ -384,6 +234,7 @@ class GceServer:
             self.iam.reset()
             self._log.clear()
             self.operation_fault.clear()
+            self.errors.clear()
             self.cond.notify_all()
         self.faults.clear()
 
@@ -393,8 +244,14 @@ class GceServer:
         return self.compute.timings
 
     def later(self, delay: float, step: Callable[[], None]) -> None:
-        """Run `step` (under the lock) `delay` seconds from now, unless reset() comes first."""
+        """Run `step` (under the lock) `delay` seconds from now, unless reset() comes first.
+        A step of 0 s runs at once, inside the call that made it: with all Timings at 0 an
+        insert answers with its operation DONE and the instance RUNNING."""
         with self.cond:
+            if delay <= 0:
+                step()
+                self.cond.notify_all()
+                return
             self._seq += 1
             heapq.heappush(self._timers, (time.monotonic() + delay, self._seq, self._epoch, step))
             self.cond.notify_all()
@@ -589,6 +446,10 @@ class GceServer:
                         answer = json.loads(json.dumps(earlier or handler(self, call)))
                     except GoogleError as error:
                         status, answer, reason = error.status, error.body(compute), error.reason
+                    except Exception as error:  # a bug of the fake, or a body it cannot read
+                        self.errors.append(error)
+                        failure = GoogleError(500, "internalError", f"fake GCE: {error!r}")
+                        status, answer, reason = 500, failure.body(compute), "internalError"
                     finally:
                         self.operation_fault.pop(call.seq, None)
         if failing is not None:

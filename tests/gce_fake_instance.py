@@ -81,7 +81,12 @@ def resolve_image(compute: Compute, value: str) -> str:
 
 
 def _scheduling(body: dict[str, Any], accelerated: bool) -> tuple[dict[str, Any], str | None]:
-    given = dict(body.get("scheduling") or {})
+    given = body.get("scheduling") or {}
+    if isinstance(given, list) and len(given) == 1:
+        given = given[0]  # Ray's example configs write `scheduling: [{preemptible: true}]`
+    if not isinstance(given, dict):
+        raise invalid("Invalid value for field 'resource.scheduling': must be an object.")
+    given = dict(given)
     model = given.get("provisioningModel", "STANDARD")
     if model not in ("STANDARD", "SPOT"):
         raise invalid(

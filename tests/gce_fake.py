@@ -14,7 +14,8 @@ Modules: tests/gce_fake_faults.py (calls, faults, error bodies), gce_fake_filter
 filters, labels, paging), gce_fake_catalog.py (zones, machine types, images),
 gce_fake_compute.py, gce_fake_instance.py and gce_fake_network.py (Compute),
 gce_fake_iam.py (IAM, Resource Manager, OAuth2), gce_fake_routes.py (which method a
-request names), gce_fake_batch.py (Compute's batch endpoint), gce_fake_env.py (key file,
+request names), gce_fake_batch.py (Compute's batch endpoint), gce_fake_metadata.py (each instance's
+metadata server), gce_fake_env.py (key file,
 environments, gcloud, clients), tests/gce_hosts.py (instances as SSH hosts). The
 self-tests are tests/test_gce_fake.py, test_gce_fake_catalog.py and
 test_gce_fake_clients.py (helpers in gce_fake_helpers.py).
@@ -56,6 +57,12 @@ Facts measured here (the self-tests check those marked *):
   `describe` is instances.get, `delete --quiet` instances.delete and zoneOperations.wait.
   One request at a time is not batched (several would go to /batch/compute/v1: not
   modelled). Each gcloud command takes 1-2 s here.
+- * google-auth 2.63 takes GCE_METADATA_HOST and GCE_METADATA_IP with a path in them
+  (127.0.0.1:PORT/meta/INSTANCE_ID): on a host, google.auth.default() pings that root
+  (wanting `Metadata-Flavor: Google` back), reads project/project-id, the service account's
+  info (?recursive=true) and its token, and returns compute_engine credentials; so each
+  instance has its own metadata server here, and the calls made with its token are logged
+  with the instance as origin.
 - * Ray's own GCPNodeProvider (Ray 2.x in .venv) runs against the fake once
   googleapiclient.discovery.build is given the fake's endpoint (Ray builds its clients
   with static discovery and no endpoint option, and polls operations every 5 s: set the
@@ -99,6 +106,7 @@ from tests.gce_fake_compute import Compute
 from tests.gce_fake_env import ClientSide
 from tests.gce_fake_faults import Call, Fault, Faults, GoogleError, Logged
 from tests.gce_fake_iam import Iam
+from tests.gce_fake_metadata import FLAVOR, META_PREFIX, answer_metadata
 from tests.gce_fake_routes import HANDLERS, REASONS, Route, find_route
 
 __all__ = [
@@ -349,14 +357,18 @@ class GceServer(ClientSide):
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
+        headers = []
         if environ.get("PATH_INFO") == BATCH_PATH and environ.get("REQUEST_METHOD") == "POST":
             status, content_type, data = answer_batch(self, environ)
+        elif environ.get("PATH_INFO", "").startswith(META_PREFIX):
+            status, content_type, data = answer_metadata(self, environ)
+            headers.append(FLAVOR)
         else:
             status, body = self._answer(environ)
             content_type, data = "application/json; charset=UTF-8", json.dumps(body).encode()
         start_response(
             f"{status} {REASONS.get(status, 'Status')}",
-            [("Content-Type", content_type), ("Content-Length", str(len(data)))],
+            [("Content-Type", content_type), ("Content-Length", str(len(data))), *headers],
         )
         return [data]
 
@@ -388,6 +400,7 @@ class GceServer(ClientSide):
         except ValueError:
             error = GoogleError(400, "parseError", "Invalid JSON payload received.")
             return 400, error.body(compute)
+        authorization = environ.get("HTTP_AUTHORIZATION", "")
         call = Call(
             seq,
             route.method,
@@ -396,7 +409,7 @@ class GceServer(ClientSide):
             params,
             body,
             params.get("zone"),
-            origin and origin.group(1),
+            (origin and origin.group(1)) or self.iam.token_origin(authorization),
         )
         if self.iam.token_owner(environ.get("HTTP_AUTHORIZATION", "")) is None:
             error = GoogleError(

@@ -100,35 +100,42 @@ class ClientSide:
             "GCE_METADATA_IP": f"127.0.0.1:{self.port}",
         }
 
-    def host_env(self) -> dict[str, str]:
-        """The variables of a session on an instance (GceHosts sets them through sshd's
-        SetEnv): the endpoint overrides and the project. Credentials come from the key
-        written as the host's application default credentials (`write_google_files`)."""
+    def metadata_host(self, instance_id: str) -> str:
+        """GCE_METADATA_HOST for instance `instance_id`: its metadata server here."""
+        return f"127.0.0.1:{self.port}/meta/{instance_id}"
+
+    def host_env(self, instance_id: str) -> dict[str, str]:
+        """The variables of a session on instance `instance_id` (GceHosts sets them through
+        sshd's SetEnv): the endpoint overrides, and the instance's metadata server for
+        google-auth (GCE_METADATA_HOST, GCE_METADATA_IP) and gcloud (GCE_METADATA_ROOT), from
+        which google.auth.default() gets the project and the instance's service account
+        token, as on GCE."""
+        metadata = self.metadata_host(instance_id)
         return {
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": self.endpoint("compute"),
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_IAM": self.endpoint("iam"),
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDRESOURCEMANAGER": self.endpoint(
                 "cloudresourcemanager"
             ),
-            "CLOUDSDK_CORE_PROJECT": self.project,
-            "GOOGLE_CLOUD_PROJECT": self.project,
-            "GCE_METADATA_HOST": f"127.0.0.1:{self.port}",
-            "GCE_METADATA_ROOT": f"127.0.0.1:{self.port}",
+            "GCE_METADATA_HOST": metadata,
+            "GCE_METADATA_IP": metadata,
+            "GCE_METADATA_ROOT": metadata,
         }
 
-    def write_google_files(self, home: Path) -> None:
-        """In `home`/.config/gcloud: the key as application default credentials (what
-        google.auth.default() finds first without GOOGLE_APPLICATION_CREDENTIALS) and a
-        gcloud configuration with this project and the endpoint overrides."""
+    def write_google_files(self, home: Path, key: bool = False) -> None:
+        """In `home`/.config/gcloud: a gcloud configuration with the endpoint overrides and,
+        given `key`, the fake's service-account key as application default credentials
+        (which google.auth.default() prefers to the metadata server)."""
         config = home / ".config" / "gcloud"
         (config / "configurations").mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(self.key_file, config / "application_default_credentials.json")
-        (config / "application_default_credentials.json").chmod(0o600)
+        if key:
+            shutil.copyfile(self.key_file, config / "application_default_credentials.json")
+            (config / "application_default_credentials.json").chmod(0o600)
         (config / "active_config").write_text("default")
-        (config / "gce").write_text("False")
+        (config / "gce").write_text("False" if key else "True")
         (config / "configurations" / "config_default").write_text(
-            f"[core]\nproject = {self.project}\naccount = {self.account_email}\n"
-            "disable_usage_reporting = true\n[component_manager]\ndisable_update_check = true\n"
+            "[core]\ndisable_usage_reporting = true\n"
+            "[component_manager]\ndisable_update_check = true\n"
             f"[api_endpoint_overrides]\ncompute = {self.endpoint('compute')}\n"
             f"iam = {self.endpoint('iam')}\n"
             f"cloudresourcemanager = {self.endpoint('cloudresourcemanager')}\n"

@@ -42,6 +42,7 @@ class Iam:
     def __init__(self, server: GceServer) -> None:
         self.server = server
         self.tokens: dict[str, str] = {}  # access token -> service account email
+        self.token_origins: dict[str, str] = {}  # metadata server token -> instance name
         self._lock = threading.Lock()
         self.reset()
 
@@ -253,6 +254,11 @@ class Iam:
         with self._lock:
             self.tokens[access] = str(claims["iss"])
         return 200, {"access_token": access, "expires_in": 3599, "token_type": "Bearer"}
+
+    def token_origin(self, authorization: str) -> str | None:
+        """The instance whose metadata server issued the request's token, if one did."""
+        with self._lock:
+            return self.token_origins.get(authorization.partition(" ")[2].strip())
 
     def token_owner(self, authorization: str) -> str | None:
         scheme, _, token = authorization.partition(" ")

@@ -33,10 +33,12 @@ class GceHosts:
     install them: the `ssh-keys` (and legacy `sshKeys`) entries of the instance's metadata
     and, unless its metadata sets block-project-ssh-keys=true, of the project's common
     metadata, re-read on every pass (so setMetadata takes effect on a running host); plus
-    `extra_keys`. Sessions get `server.host_env()` (endpoint overrides, project) and the
-    home has the fake's key as application default credentials
-    (`server.write_google_files`), so google-auth and googleapiclient on a host (the head's
-    autoscaler) reach the fake as the instance's service account would reach GCE. The hosts
+    `extra_keys`. Sessions get `server.host_env(id)`: the endpoint overrides and the
+    instance's own metadata server (tests/gce_fake_metadata.py), so google.auth.default() on
+    a host (the head's autoscaler) finds the project and a token of the instance's service
+    account there, as on GCE, and the calls it makes are logged with the instance as
+    `Call.origin`; with `credentials="key"` the home also holds the fake's key as
+    application default credentials (used before the metadata server). The hosts
     log in root only: a key listed for any user (`ubuntu:ssh-...`)
     opens a root session. `on_boot`, if given, is called with each new host before it first
     boots. A thread polls the server every `poll` seconds.
@@ -51,6 +53,7 @@ class GceHosts:
         boot_delay: float = 0.0,
         poll: float = 0.1,
         on_boot: Callable[[IsolatedHost], None] | None = None,
+        credentials: str = "metadata",
     ) -> None:
         from tests.ssh_hosts import isolation_unavailable
 
@@ -62,6 +65,7 @@ class GceHosts:
         self.boot_delay = boot_delay
         self.poll = poll
         self.on_boot = on_boot
+        self.credentials = credentials
         self.started: list[tuple[str, str]] = []
         self.errors: list[BaseException] = []
         self._hosts: dict[str, Any] = {}  # instance id -> IsolatedHost
@@ -218,8 +222,8 @@ class GceHosts:
             host = self._hosts.get(view.id)
         if host is None:
             host = IsolatedHost(view.ip, self._keys(view))
-            self.server.write_google_files(host.home)
-            env = self.server.host_env()
+            self.server.write_google_files(host.home, key=self.credentials == "key")
+            env = self.server.host_env(view.id)
             host.sshd_options.append("SetEnv " + " ".join(f"{k}={v}" for k, v in env.items()))
             if self.on_boot is not None:
                 self.on_boot(host)

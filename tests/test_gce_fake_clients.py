@@ -9,8 +9,10 @@ import json
 import re
 import shutil
 import socket
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
+from urllib.error import HTTPError as HttpError
 
 import paramiko
 import pytest
@@ -69,6 +71,19 @@ def _ssh(ip: str, key: paramiko.PKey, command: str) -> str:
         client.close()
 
 
+def _id(server: GceServer, name: str) -> str:
+    view = server.instance(name)
+    assert view is not None
+    return view.id
+
+
+def _metadata(url: str) -> str:
+    request = urllib.request.Request(url, headers={"Metadata-Flavor": "Google"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.headers["Metadata-Flavor"] == "Google"
+        return str(answer.read().decode())
+
+
 def _refused(ip: str) -> bool:
     try:
         with socket.create_connection((ip, 22), 1):
@@ -77,81 +92,108 @@ def _refused(ip: str) -> bool:
         return True
 
 
+def _set_project_keys(compute: Any, value: str) -> None:
+    common = compute.projects().get(project=P).execute()["commonInstanceMetadata"]
+    body = {"fingerprint": common["fingerprint"], "items": [{"key": "ssh-keys", "value": value}]}
+    wait(compute, compute.projects().setCommonInstanceMetadata(project=P, body=body).execute())
+
+
+def _keys(*entries: tuple[str, paramiko.PKey]) -> dict[str, Any]:
+    value = "\n".join(f"{user}:{_public(key, user)}" for user, key in entries)
+    return {"items": [{"key": "ssh-keys", "value": value}]}
+
+
 def test_running_instances_are_ssh_hosts_with_the_keys_of_their_metadata(
     server: GceServer, compute: Any
 ) -> None:
     own, project_key, later, stranger = _key(), _key(), _key(), _key()
-    common = compute.projects().get(project=P).execute()["commonInstanceMetadata"]
-    body = {
-        "fingerprint": common["fingerprint"],
-        "items": [{"key": "ssh-keys", "value": f"ray:{_public(project_key, 'ray')}"}],
-    }
-    wait(compute, compute.projects().setCommonInstanceMetadata(project=P, body=body).execute())
+    _set_project_keys(compute, f"ray:{_public(project_key, 'ray')}")
     with GceHosts(server) as hosts:
-        keys = {"items": [{"key": "ssh-keys", "value": f"ubuntu:{_public(own, 'ubuntu')}"}]}
+        keys = _keys(("ubuntu", own))
         blocked = {"items": [*keys["items"], {"key": "block-project-ssh-keys", "value": "true"}]}
         insert(compute, "open", metadata=keys)
         insert(compute, "closed", metadata=blocked)
-        host = hosts.wait_for("open")
-        closed = hosts.wait_for("closed")
+        host, closed = hosts.wait_for("open"), hosts.wait_for("closed")
         assert (host.ip, closed.ip) == ("127.17.9.2", "127.17.9.3")
-        assert _ssh(host.ip, own, "echo $HOME; hostname -I >/dev/null; echo ok").split() == [
-            "/root",
-            "ok",
-        ]
+        assert _ssh(host.ip, own, "echo $HOME").strip() == "/root"  # any user's key: root
         assert _ssh(host.ip, project_key, "echo in").strip() == "in"  # project-wide key
-        probe = (
-            "python3 -c 'import os, google.auth; from googleapiclient import discovery; "
-            "credentials, project = google.auth.default(); "
-            'endpoint = os.environ["CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE"]; '
-            'compute = discovery.build("compute", "v1", credentials=credentials, '
-            'client_options={"api_endpoint": endpoint}, static_discovery=True); '
-            f'print(project, len(compute.instances().list(project=project, zone="{ZONE}").execute()["items"]))\''
-        )
-        assert _ssh(host.ip, own, probe).split() == [P, "2"]  # from the instance, as the head would
         assert _ssh(closed.ip, own, "echo in").strip() == "in"
         for ip, key in ((closed.ip, project_key), (host.ip, stranger)):
             with pytest.raises(paramiko.AuthenticationException):
                 _ssh(ip, key, "true")
         metadata = get(compute, "open")["metadata"]
-        added = {
-            "fingerprint": metadata["fingerprint"],
-            "items": [
-                {
-                    "key": "ssh-keys",
-                    "value": keys["items"][0]["value"] + f"\nlate:{_public(later, 'late')}",
-                }
-            ],
-        }
-        wait(
-            compute,
-            compute.instances()
-            .setMetadata(project=P, zone=ZONE, instance="open", body=added)
-            .execute(),
-        )
+        added = {"fingerprint": metadata["fingerprint"], **_keys(("ubuntu", own), ("late", later))}
+        request = compute.instances().setMetadata(project=P, zone=ZONE, instance="open", body=added)
+        wait(compute, request.execute())
         hosts.wait_pass()  # as GCE's guest agent, the hosts apply new keys on a running host
         assert _ssh(host.ip, later, "echo late").strip() == "late"
+        hosts.check()
 
+
+def test_an_instance_reaches_the_fake_with_its_service_account_from_its_metadata_server(
+    server: GceServer, compute: Any
+) -> None:
+    own = _key()
+    scopes = ["https://www.googleapis.com/auth/cloud-platform"]
+    with GceHosts(server) as hosts:
+        account = [{"email": "default", "scopes": scopes}]
+        insert(compute, "head", metadata=_keys(("ray", own)), serviceAccounts=account)
+        insert(compute, "bare", metadata=_keys(("ray", own)))
+        host = hosts.wait_for("head")
+        probe = (
+            "python3 -c 'import os, google.auth; from googleapiclient import discovery; "
+            "credentials, project = google.auth.default(); print(type(credentials).__module__); "
+            'endpoint = os.environ["CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE"]; '
+            'compute = discovery.build("compute", "v1", credentials=credentials, '
+            'client_options={"api_endpoint": endpoint}, static_discovery=True); '
+            f'print(project, len(compute.instances().list(project=project, zone="{ZONE}").execute()["items"]))\''
+        )
+        # As the head's autoscaler would: project and token from the instance's metadata.
+        found = _ssh(host.ip, own, probe).split()
+        assert found == ["google.auth.compute_engine.credentials", P, "2"]
+        assert server.calls("instances.list")[-1].call.origin == "head"
+        asked = {c.call.path for c in server.calls("metadata.get")}
+        assert "computeMetadata/v1/instance/service-accounts/default/token" in asked
+    head = f"http://{server.metadata_host(_id(server, 'head'))}/"
+    with pytest.raises(HttpError) as no_flavor:  # the header GCE's metadata server wants
+        urllib.request.urlopen(head, timeout=10)
+    assert no_flavor.value.code == 403
+    assert _metadata(head + "computeMetadata/v1/instance/attributes/ssh-keys").startswith("ray:")
+    assert _metadata(head + "computeMetadata/v1/instance/zone").endswith(f"/zones/{ZONE}")
+    bare = f"http://{server.metadata_host(_id(server, 'bare'))}/computeMetadata/v1/"
+    assert _metadata(bare + "instance/network-interfaces/0/ip") == "127.17.9.3"
+    with pytest.raises(HttpError) as no_account:  # "bare" has no service account
+        _metadata(bare + "instance/service-accounts/default/token")
+    assert no_account.value.code == 404
+
+
+def test_hosts_power_off_with_stop_delete_and_preemption_before_gce_says_so(
+    server: GceServer, compute: Any
+) -> None:
+    own = _key()
+    keys = _keys(("ray", own))
+    with GceHosts(server) as hosts:
+        insert(compute, "kept", metadata=keys)
+        insert(compute, "gone", metadata=keys)
+        host, doomed = hosts.wait_for("kept"), hosts.wait_for("gone")
         _ssh(host.ip, own, "echo kept > ~/disk")
-        wait(compute, compute.instances().stop(project=P, zone=ZONE, instance="open").execute())
+        wait(compute, compute.instances().stop(project=P, zone=ZONE, instance="kept").execute())
         assert not host.running and _refused(host.ip)  # TERMINATED only once the machine is off
-        wait(compute, compute.instances().start(project=P, zone=ZONE, instance="open").execute())
-        assert hosts.wait_for("open") is host
+        wait(compute, compute.instances().start(project=P, zone=ZONE, instance="kept").execute())
+        assert hosts.wait_for("kept") is host
         assert _ssh(host.ip, own, "cat ~/disk").strip() == "kept"
 
-        wait(compute, compute.instances().delete(project=P, zone=ZONE, instance="closed").execute())
-        assert _refused(closed.ip)  # gone only once its machine is off: the address is free
+        wait(compute, compute.instances().delete(project=P, zone=ZONE, instance="gone").execute())
+        assert _refused(doomed.ip)  # gone only once its machine is off: the address is free
         insert(compute, "next", metadata=keys)
-        assert get(compute, "next")["networkInterfaces"][0]["networkIP"] == closed.ip
-        assert hosts.wait_for("next").ip == closed.ip
+        assert get(compute, "next")["networkInterfaces"][0]["networkIP"] == doomed.ip
+        assert hosts.wait_for("next").ip == doomed.ip
 
-        wait(
-            compute,
-            insert(compute, "spot", scheduling={"provisioningModel": "SPOT"}, metadata=keys),
-        )
-        spot = hosts.wait_for("spot")
+        spot = {"provisioningModel": "SPOT"}
+        wait(compute, insert(compute, "spot", scheduling=spot, metadata=keys))
+        reclaimed = hosts.wait_for("spot")
         server.preempt("spot")
-        assert not spot.running and _refused(spot.ip)
+        assert not reclaimed.running and _refused(reclaimed.ip)
         assert get(compute, "spot")["status"] == "TERMINATED"
         hosts.check()
         assert all(

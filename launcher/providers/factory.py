@@ -19,6 +19,7 @@ _IMPLEMENTATIONS: Mapping[str, str] = MappingProxyType(
         "fake_multinode": "launcher.providers.localhost.provider:LocalhostProvider",
         "local": "launcher.providers.local.provider:OnPremProvider",
         "aws": "launcher.providers.aws.provider:AwsProvider",
+        "gcp": "launcher.providers.gcp.provider:GcpProvider",
     }
 )
 
@@ -32,7 +33,7 @@ def make_provider(config: ClusterConfig, on_head: bool = False) -> NodeProvider:
         raise UsageError(
             f"the {kind} provider cannot run clusters yet; `launcher validate` and "
             "`launcher plan` work for it, and `up` works with `provider: type: localhost`, "
-            "`local` or `aws`"
+            "`local`, `aws` or `gcp`"
         )
     spec = SPECS[kind]
     module_name, _, class_name = target.partition(":")

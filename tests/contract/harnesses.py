@@ -23,6 +23,7 @@ from launcher.paths import cluster_dir
 from launcher.providers.base import NodeKind, NodeProvider
 from launcher.providers.factory import make_provider
 from tests.aws_fake import LoopbackVpc, MotoServer, loopback_vpc
+from tests.gce_fake import PROJECT, GceServer
 from tests.ssh_hosts import IsolatedHost, isolated_hosts, make_key
 
 
@@ -189,7 +190,56 @@ class AwsHarness:
         return found
 
 
-HARNESSES = ("localhost", "local", "aws")
+class GcpHarness:
+    """The fake GCE (tests/gce_fake.py): two zones of us-west1, stopped workers kept."""
+
+    name = "gcp"
+    types = Types("head", "worker")
+
+    def __init__(self, server: GceServer) -> None:
+        self.server = server
+
+    def config(self, cluster: str) -> ClusterConfig:
+        image = "projects/debian-cloud/global/images/family/debian-12"
+        node = (
+            "{machineType: n1-standard-2, disks: [{boot: true, autoDelete: true, "
+            f"initializeParams: {{sourceImage: {image}}}}}]}}"
+        )
+        text = (
+            f"cluster_name: {cluster}\nmax_workers: 8\n"
+            "provider: {type: gcp, region: us-west1, availability_zone: 'us-west1-a,us-west1-b',"
+            f" project_id: {PROJECT}, use_internal_ips: true, cache_stopped_nodes: true,"
+            " allow_ssh_from: [127.0.0.0/8]}\n"
+            "auth: {ssh_user: root}\n"
+        )
+        text += TYPES_TEXT.replace("SCARCE", node).replace("NODE", node)
+        return parse_config(text, f"{cluster}.yaml", Overrides())
+
+    def provider(self, cluster: str) -> NodeProvider:
+        provider = make_provider(self.config(cluster))
+        provider.bootstrap()
+        return provider
+
+    def exhaust(self, provider: NodeProvider) -> str:
+        self.server.faults.no_capacity()
+        return "scarce"
+
+    def restore(self) -> None:
+        self.server.faults.clear()
+
+    def leftovers(self, cluster: str) -> list[str]:
+        found = [
+            f"instance {i.name}"
+            for i in self.server.instances()
+            if i.labels.get("launcher-cluster") == cluster
+        ]
+        firewalls = self.server.client("compute").firewalls()
+        listed = firewalls.list(project=PROJECT).execute().get("items") or []
+        stem = f"launcher-{cluster}-"
+        return found + [f"firewall {f['name']}" for f in listed if f["name"].startswith(stem)]
+
+
+HARNESSES = ("localhost", "local", "aws", "gcp")
 
 
 @contextlib.contextmanager
@@ -201,6 +251,11 @@ def harness_for(name: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
         key = make_key(tmp / "id_ed25519")
         with isolated_hosts(key, "127.0.8.40", 3) as hosts:
             yield OnPremHarness(key, hosts)
+    elif name == "gcp":
+        with GceServer() as gce:
+            for variable, value in gce.env().items():
+                monkeypatch.setenv(variable, value)
+            yield GcpHarness(gce)
     elif name == "aws":
         with MotoServer() as server:
             server.apply_env(monkeypatch)

@@ -17,6 +17,7 @@ from launcher.providers.spec import (
     ProviderSpec,
     extra_keys,
     region_default_warning,
+    string_list,
 )
 
 _KNOWN = {
@@ -27,6 +28,8 @@ _KNOWN = {
     "use_internal_ips",
     "cache_stopped_nodes",
     "gcp_credentials",
+    "allow_ssh_from",
+    "head_python",
 }
 _TASK_MEMORY_SHARE = 0.7
 # Custom machine types: `custom-CPUS-MEMORY_MB`, optionally with a family prefix or `-ext`.
@@ -42,6 +45,7 @@ class GcpProviderConfig(ProviderConfig):
     cache_stopped_nodes: bool
     credentials_type: str | None
     credentials: str | None
+    allow_ssh_from: tuple[str, ...] = ()
 
 
 def _basename(value: object) -> str | None:
@@ -103,16 +107,18 @@ class GcpSpec(ProviderSpec):
         provider = merged.get("provider")
         if not isinstance(provider, Mapping):
             return []
-        region, zone = provider.get("region"), provider.get("availability_zone")
-        if isinstance(region, str) and isinstance(zone, str) and not zone.startswith(region + "-"):
-            return [
-                Problem(
-                    ("provider", "availability_zone"),
-                    f"zone {zone} is not in region {region}",
-                    f"use a zone of {region}, such as {region}-a, or change provider.region",
-                )
-            ]
-        return []
+        region, zones = provider.get("region"), provider.get("availability_zone")
+        if not (isinstance(region, str) and isinstance(zones, str)):
+            return []
+        return [
+            Problem(
+                ("provider", "availability_zone"),
+                f"zone {zone} is not in region {region}",
+                f"use a zone of {region}, such as {region}-a, or change provider.region",
+            )
+            for zone in (z.strip() for z in zones.split(","))
+            if zone and not zone.startswith(region + "-")
+        ]
 
     def build_provider(self, section: Mapping[str, Any]) -> ProviderConfig:
         region = str(section["region"])
@@ -127,6 +133,8 @@ class GcpSpec(ProviderSpec):
             cache_stopped_nodes=bool(section.get("cache_stopped_nodes", False)),
             credentials_type=credentials.get("type"),
             credentials=credentials.get("credentials"),
+            allow_ssh_from=string_list(section.get("allow_ssh_from", [])),
+            head_python=section.get("head_python"),
         )
 
     def known_resources(self, node_config: Mapping[str, Any]) -> dict[str, int] | None:

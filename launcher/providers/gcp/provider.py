@@ -1,0 +1,557 @@
+"""The GCE provider: nodes are instances labelled with the cluster, kind, type and status.
+
+- Listing: one `instances.aggregatedList` filtered on the cluster's label (every zone).
+- Launching: instances named from the request (`launcher-CLUSTER-w-HASH`), inserted with a
+  `requestId` derived from the request, zone and name, so a repeated request makes nothing
+  twice (GCE answers a repeated requestId with the first operation, and a taken name with
+  409); every operation is waited on and its error surfaced. A zone out of capacity
+  (ZONE_RESOURCE_POOL_EXHAUSTED..., HTTP 503) sends the rest to the next zone of
+  `provider.availability_zone` (comma-separated); a quota ends the launch at once.
+- Labels change by `setLabels` with the instance's current labelFingerprint, again on 412.
+- `cache_stopped_nodes`: workers the autoscaler frees are stopped (labelled as stopped by the
+  launcher, so a stopped spot worker is told apart from one GCE reclaimed) and started again
+  for a later launch of their type. `down` deletes every instance, stopped ones too, and
+  returns once GCE says each is gone.
+- Bootstrap (from the user's machine only; the head looks up): the SSH key (the config's,
+  else one made once under `$LAUNCHER_HOME/keys/`), put in each instance's `ssh-keys`
+  metadata, and two firewall rules on the nodes' network: SSH from the caller only, and all
+  traffic between the cluster's nodes, both scoped by the cluster's network tag.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from launcher.config.model import ClusterConfig, NodeType
+from launcher.errors import CapacityError, ProviderError
+from launcher.providers.base import (
+    TAG_CLUSTER,
+    TAG_LAUNCH_ID,
+    TAG_TYPE,
+    Node,
+    NodeKind,
+    NodeProvider,
+)
+from launcher.providers.caller import public_address
+from launcher.providers.gcp.clients import (
+    GcpClients,
+    api_errors,
+    error_message,
+    error_reason,
+    http_status,
+    make_clients,
+)
+from launcher.providers.gcp.instances import (
+    CAPACITY_CODES,
+    QUOTA_CODES,
+    STOPPED_LABEL,
+    encode_value,
+    instance_body,
+    instance_name,
+    labels_of,
+    network_tag,
+    operation_error,
+    tags_of,
+    to_node,
+    zone_of,
+)
+from launcher.providers.gcp.spec import GcpProviderConfig
+from launcher.providers.keyfiles import ensure_key, key_path, public_key
+from launcher.providers.ssh_access import SSHAccess
+from launcher.runners.base import CommandRunner
+from launcher.runners.forward import PortOpener
+from launcher.runners.ssh import SSHRunner
+
+RATE_LIMIT_RETRIES = 6
+LABEL_RETRIES = 5
+OPERATION_WAIT_S = 600.0
+PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+
+
+class GcpProvider(NodeProvider):
+    installs_launcher_on_head = True
+    logs_in_over_ssh = True
+
+    def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
+        super().__init__(config, on_head)
+        settings = config.provider
+        assert isinstance(settings, GcpProviderConfig)
+        self.settings = settings
+        self.internal = on_head or settings.use_internal_ips
+        self._clients: GcpClients | None = None
+        self._lock = threading.Lock()
+        self._zone: dict[str, str] = {}  # instance name -> zone
+        self._answered: set[str] = set()  # reclaimed workers already removed
+        key = config.auth.ssh_private_key
+        self._key = key or str(key_path(f"launcher-gcp-{self.cluster_name}"))
+        self._ssh: SSHAccess | None = None
+        self._cluster_label = encode_value(self.cluster_name)
+
+    # -- clients -------------------------------------------------------------------------
+    @property
+    def clients(self) -> GcpClients:
+        with self._lock:
+            if self._clients is None:
+                self._clients = make_clients(self.settings)
+            return self._clients
+
+    @property
+    def project(self) -> str:
+        return self.clients.project
+
+    def _execute(self, method: Callable[..., Any], **arguments: Any) -> Any:
+        """Call an API method, again after a pause while GCE rate-limits (429, or 403
+        rateLimitExceeded)."""
+        delay = 1.0
+        for attempt in range(RATE_LIMIT_RETRIES + 1):
+            try:
+                return method(**arguments).execute()
+            except api_errors() as exc:
+                limited = http_status(exc) == 429 or error_reason(exc) in (
+                    "rateLimitExceeded",
+                    "userRateLimitExceeded",
+                )
+                if not limited or attempt == RATE_LIMIT_RETRIES:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        raise AssertionError("unreachable")
+
+    def zones(self, node_type: NodeType) -> tuple[str, ...]:
+        return tuple(z.strip() for z in self.settings.availability_zone.split(",") if z.strip())
+
+    # -- bootstrap -----------------------------------------------------------------------
+    def bootstrap(self, wait_s: float = 300.0) -> list[str]:
+        if self.on_head:
+            return []
+        done = []
+        if not self.config.auth.ssh_private_key and ensure_key(Path(self._key)):
+            done.append(f"created SSH key {self._key} (mode 0600)")
+        done += self._ensure_firewall()
+        return done
+
+    def _firewall_rules(self) -> dict[str, dict[str, Any]]:
+        tag = network_tag(self.cluster_name)
+        network = self._network()
+        ssh_from = list(self.settings.allow_ssh_from)
+        if not ssh_from:
+            ssh_from = (
+                list(PRIVATE_RANGES) if self.settings.use_internal_ips else [public_address()]
+            )
+        description = f"launcher: cluster {self.cluster_name}"
+        return {
+            f"{tag}-ssh": {
+                "network": network,
+                "direction": "INGRESS",
+                "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}],
+                "sourceRanges": ssh_from,
+                "targetTags": [tag],
+                "description": f"{description}: SSH from the launcher's address",
+            },
+            f"{tag}-internal": {
+                "network": network,
+                "direction": "INGRESS",
+                "allowed": [{"IPProtocol": "all"}],
+                "sourceTags": [tag],
+                "targetTags": [tag],
+                "description": f"{description}: all traffic between its nodes",
+            },
+        }
+
+    def _network(self) -> str:
+        for node_type in self.config.node_types.values():
+            for interface in node_type.node_config.get("networkInterfaces") or ():
+                if isinstance(interface, Mapping) and interface.get("network"):
+                    return str(interface["network"])
+        return "global/networks/default"
+
+    def _ensure_firewall(self) -> list[str]:
+        firewalls = self.clients.compute.firewalls()
+        made = []
+        for name, rule in self._firewall_rules().items():
+            try:
+                self._execute(firewalls.get, project=self.project, firewall=name)
+                continue
+            except api_errors() as exc:
+                if http_status(exc) != 404:
+                    raise ProviderError(
+                        f"cannot read firewall rule {name}: {error_message(exc)}"
+                    ) from exc
+            body = {"name": name, **rule}
+            try:
+                operation = self._execute(firewalls.insert, project=self.project, body=body)
+            except api_errors() as exc:
+                if http_status(exc) == 409:  # made meanwhile
+                    continue
+                raise ProviderError(
+                    f"cannot create firewall rule {name}: {error_message(exc)}"
+                ) from exc
+            self._wait(operation, f"create firewall rule {name}")
+            made.append(f"created firewall rule {name} ({rule['description']})")
+        return made
+
+    def _ssh_key_line(self) -> str:
+        user = self.config.auth.ssh_user or "ubuntu"
+        return f"{user}:{public_key(Path(self._key))} launcher-{self.cluster_name}"
+
+    # -- operations ----------------------------------------------------------------------
+    def _wait(self, operation: Mapping[str, Any] | None, what: str) -> Mapping[str, Any] | None:
+        """Wait for `operation` to be DONE; returns it (check `operation_error`)."""
+        if operation is None:
+            return None
+        deadline = time.monotonic() + OPERATION_WAIT_S
+        compute = self.clients.compute
+        while operation.get("status") != "DONE":
+            if time.monotonic() > deadline:
+                raise ProviderError(
+                    f"cannot {what}: GCE did not finish within {OPERATION_WAIT_S:g} s"
+                )
+            name = operation["name"]
+            zone = zone_of(operation)
+            try:
+                if zone:
+                    operation = self._execute(
+                        compute.zoneOperations().wait,
+                        project=self.project,
+                        zone=zone,
+                        operation=name,
+                    )
+                else:
+                    operation = self._execute(
+                        compute.globalOperations().wait, project=self.project, operation=name
+                    )
+            except api_errors() as exc:
+                raise ProviderError(f"cannot {what}: {error_message(exc)}") from exc
+        failed = operation_error(operation)
+        if failed and failed[0] not in CAPACITY_CODES:
+            raise ProviderError(f"cannot {what}: {failed[0]}: {failed[1]}")
+        return operation
+
+    # -- listing -------------------------------------------------------------------------
+    def _instances(self, *conditions: str) -> Iterator[dict[str, Any]]:
+        """The cluster's instances (every zone, every status) meeting `conditions`."""
+        query = " AND ".join(
+            f"({c})" for c in (f'labels.{TAG_CLUSTER} = "{self._cluster_label}"', *conditions)
+        )
+        instances = self.clients.compute.instances()
+        token = None
+        while True:
+            page = self._list_page(instances, query, token)
+            for scoped in (page.get("items") or {}).values():
+                for instance in scoped.get("instances") or ():
+                    with self._lock:
+                        self._zone[str(instance["name"])] = zone_of(instance)
+                    yield instance
+            token = page.get("nextPageToken")
+            if not token:
+                return
+
+    def _list_page(self, instances: Any, query: str, token: str | None) -> Any:
+        try:
+            return self._execute(
+                instances.aggregatedList,
+                project=self.project,
+                filter=query,
+                pageToken=token,
+                maxResults=500,
+            )
+        except api_errors() as exc:
+            raise ProviderError(f"cannot list instances: {error_message(exc)}") from exc
+
+    def nodes(self) -> list[Node]:
+        with self._lock:
+            answered = set(self._answered)
+        found = (to_node(i, self.internal, answered) for i in self._instances())
+        return [n for n in found if n is not None]
+
+    # -- launching -----------------------------------------------------------------------
+    def create_nodes(
+        self,
+        node_type: NodeType,
+        kind: NodeKind,
+        count: int,
+        tags: Mapping[str, str],
+        avoid_zones: Collection[str] = (),
+        request_id: str | None = None,
+    ) -> list[Node]:
+        request_id = request_id or uuid.uuid4().hex
+        all_tags = self.new_node_tags(node_type, kind, tags, request_id)
+        created = [n for n in self.made_by(request_id) if n.node_type == node_type.name][:count]
+        if len(created) < count and kind is NodeKind.WORKER and self.settings.cache_stopped_nodes:
+            created += self._resume(node_type, count - len(created), all_tags, avoid_zones)
+        names = [instance_name(self.cluster_name, kind, f"{request_id}/{i}") for i in range(count)]
+        taken = {n.id for n in created}
+        wanted = [name for name in names if name not in taken][: count - len(created)]
+        tried: list[str] = []
+        last = ""
+        for zone in (z for z in self.zones(node_type) if z not in avoid_zones):
+            if not wanted:
+                break
+            made, refused, why = self._insert(node_type, zone, wanted, all_tags, request_id)
+            created += made
+            if refused:
+                tried.append(zone)
+                last = why
+                if why.split(":", 1)[0] in QUOTA_CODES:  # no other zone lifts a quota
+                    raise CapacityError(
+                        node_type.name, self.zones(node_type), why, created, scope="quota"
+                    )
+            wanted = refused
+        if wanted:
+            zones = tried or sorted(set(avoid_zones))
+            detail = last or "every zone it may use is being avoided after recent failures"
+            raise CapacityError(node_type.name, zones, detail, created)
+        return created
+
+    def _insert(
+        self,
+        node_type: NodeType,
+        zone: str,
+        names: Sequence[str],
+        tags: Mapping[str, str],
+        request_id: str,
+    ) -> tuple[list[Node], list[str], str]:
+        """Insert `names` in `zone` and wait for them. Returns the nodes made, the names GCE
+        had no capacity for there, and why."""
+        instances = self.clients.compute.instances()
+        labels = labels_of(tags)
+        operations: list[tuple[str, Any]] = []
+        refused: list[str] = []
+        why = ""
+        for name in names:
+            body = instance_body(
+                node_type.node_config,
+                name=name,
+                zone=zone,
+                project=self.project,
+                labels=labels,
+                ssh_key=self._ssh_key_line(),
+                network_tag=network_tag(self.cluster_name),
+                internal=self.settings.use_internal_ips,
+            )
+            key = str(uuid.uuid5(uuid.NAMESPACE_URL, f"launcher/{request_id}/{zone}/{name}"))
+            try:
+                operation = self._execute(
+                    instances.insert, project=self.project, zone=zone, body=body, requestId=key
+                )
+            except api_errors() as exc:
+                if http_status(exc) == 409:  # made by an earlier try of this request
+                    operations.append((name, None))
+                    continue
+                if http_status(exc) == 503 or error_reason(exc) in CAPACITY_CODES:
+                    refused.append(name)
+                    why = f"{error_reason(exc) or 'unavailable'}: {error_message(exc)}"
+                    continue
+                raise ProviderError(
+                    f"{node_type.name}: launch in {zone} refused: {error_message(exc)}"
+                ) from exc
+            operations.append((name, operation))
+        made_names = []
+        for name, operation in operations:
+            done = self._wait(operation, f"launch {name} in {zone}")
+            failed = operation_error(done) if done else None
+            if failed:
+                refused.append(name)
+                why = f"{failed[0]}: {failed[1]}"
+            else:
+                made_names.append(name)
+        made = self._listed(zone, made_names)
+        return made, refused, why
+
+    def _listed(self, zone: str, names: Sequence[str]) -> list[Node]:
+        instances = self.clients.compute.instances()
+        found = []
+        for name in names:
+            try:
+                instance = self._execute(
+                    instances.get, project=self.project, zone=zone, instance=name
+                )
+            except api_errors() as exc:
+                raise ProviderError(f"cannot read {name}: {error_message(exc)}") from exc
+            with self._lock:
+                self._zone[name] = zone
+            node = to_node(instance, self.internal, ())
+            if node is not None:
+                found.append(node)
+        return found
+
+    def made_by(self, request_id: str | None) -> list[Node]:
+        if not request_id:
+            return []
+        condition = f'labels.{TAG_LAUNCH_ID} = "{encode_value(request_id)}"'
+        found = (to_node(i, self.internal, ()) for i in self._instances(condition))
+        return [n for n in found if n is not None]
+
+    def _resume(
+        self, node_type: NodeType, count: int, tags: Mapping[str, str], avoid: Collection[str]
+    ) -> list[Node]:
+        """Start stopped workers of `node_type` (stopped by the launcher) for this launch."""
+        stopped = [
+            i
+            for i in self._instances(
+                f'labels.{TAG_TYPE} = "{encode_value(node_type.name)}"',
+                'status = "TERMINATED"',
+            )
+            if STOPPED_LABEL in (i.get("labels") or {}) and zone_of(i) not in avoid
+        ][:count]
+        if not stopped:
+            return []
+        instances = self.clients.compute.instances()
+        started = []
+        for instance in stopped:
+            name, zone = str(instance["name"]), zone_of(instance)
+            self._set_labels(name, zone, {**tags_of(instance), **tags}, drop=(STOPPED_LABEL,))
+            try:
+                operation = self._execute(
+                    instances.start, project=self.project, zone=zone, instance=name
+                )
+            except api_errors() as exc:
+                raise ProviderError(f"cannot start {name}: {error_message(exc)}") from exc
+            done = self._wait(operation, f"start {name}")
+            if done is None or operation_error(done) is None:
+                started.append((zone, name))
+        nodes: list[Node] = []
+        for zone, name in started:
+            nodes += self._listed(zone, [name])
+        return nodes
+
+    # -- changing ------------------------------------------------------------------------
+    @property
+    def keeps_stopped_nodes(self) -> bool:
+        return self.settings.cache_stopped_nodes
+
+    def _zone_for(self, name: str) -> str | None:
+        with self._lock:
+            zone = self._zone.get(name)
+        if zone is None:
+            for instance in self._instances(f'name = "{name}"'):
+                return zone_of(instance)
+        return zone
+
+    def terminate_nodes(self, node_ids: Sequence[str]) -> None:
+        """Delete the instances (stopped ones too) and return once GCE says each is gone."""
+        self._each(node_ids, "delete")
+
+    def stop_nodes(self, node_ids: Sequence[str]) -> None:
+        if not self.settings.cache_stopped_nodes:
+            self.terminate_nodes(node_ids)
+            return
+        for name in node_ids:
+            zone = self._zone_for(name)
+            if zone is not None:
+                self._set_labels(name, zone, {STOPPED_LABEL: "true"})
+        self._each(node_ids, "stop")
+
+    def _each(self, names: Sequence[str], verb: str) -> None:
+        """`instances.delete` or `instances.stop` each of `names`, then wait for them all."""
+        instances = self.clients.compute.instances()
+        operations = []
+        for name in dict.fromkeys(names):
+            zone = self._zone_for(name)
+            if zone is None:
+                continue  # gone already
+            key = str(uuid.uuid4())  # one per call: its retries are the same request
+            try:
+                operation = self._execute(
+                    getattr(instances, verb),
+                    project=self.project,
+                    zone=zone,
+                    instance=name,
+                    requestId=key,
+                )
+            except api_errors() as exc:
+                if http_status(exc) == 404:
+                    continue
+                raise ProviderError(f"cannot {verb} {name}: {error_message(exc)}") from exc
+            operations.append((name, operation))
+        for name, operation in operations:
+            self._wait(operation, f"{verb} {name}")
+            with self._lock:
+                self._answered.add(name)
+                if verb == "delete":
+                    self._zone.pop(name, None)
+
+    def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
+        zone = self._zone_for(node_id)
+        if zone is None:
+            raise ProviderError(f"cannot tag {node_id}: no such instance")
+        self._set_labels(node_id, zone, tags)
+
+    def _set_labels(
+        self, name: str, zone: str, tags: Mapping[str, str], drop: Collection[str] = ()
+    ) -> None:
+        """Merge `tags` into the instance's labels (less `drop`), with its current
+        fingerprint, again when another writer changed them meanwhile (412)."""
+        instances = self.clients.compute.instances()
+        for attempt in range(LABEL_RETRIES + 1):
+            try:
+                instance = self._execute(
+                    instances.get, project=self.project, zone=zone, instance=name
+                )
+                labels = {**(instance.get("labels") or {}), **labels_of(tags)}
+                for key in drop:
+                    labels.pop(key, None)
+                body = {"labels": labels, "labelFingerprint": instance.get("labelFingerprint")}
+                operation = self._execute(
+                    instances.setLabels, project=self.project, zone=zone, instance=name, body=body
+                )
+                self._wait(operation, f"label {name}")
+                return
+            except api_errors() as exc:
+                if http_status(exc) == 412 and attempt < LABEL_RETRIES:
+                    continue
+                raise ProviderError(f"cannot label {name}: {error_message(exc)}") from exc
+
+    def cleanup(self, purge: bool = False) -> list[str]:
+        removed = []
+        left = [str(i["name"]) for i in self._instances()]
+        if left:
+            self.terminate_nodes(left)
+            removed.append(f"{len(left)} stopped instance(s)")
+        if purge:
+            firewalls = self.clients.compute.firewalls()
+            for name in self._firewall_names():
+                try:
+                    operation = self._execute(firewalls.delete, project=self.project, firewall=name)
+                except api_errors() as exc:
+                    if http_status(exc) == 404:
+                        continue
+                    raise ProviderError(
+                        f"cannot delete firewall rule {name}: {error_message(exc)}"
+                    ) from exc
+                self._wait(operation, f"delete firewall rule {name}")
+                removed.append(f"firewall rule {name}")
+        return removed
+
+    def _firewall_names(self) -> list[str]:
+        tag = network_tag(self.cluster_name)
+        return [f"{tag}-ssh", f"{tag}-internal"]
+
+    # -- reaching nodes ------------------------------------------------------------------
+    def ssh_private_key(self) -> str | None:
+        return self._key
+
+    def _access(self) -> SSHAccess:
+        with self._lock:
+            if self._ssh is None:
+                auth = self.config.auth
+                if self._key != auth.ssh_private_key:
+                    import dataclasses
+
+                    auth = dataclasses.replace(auth, ssh_private_key=self._key)
+                self._ssh = SSHAccess(self.cluster_name, auth)
+            return self._ssh
+
+    def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
+        if not node.ip:
+            raise ProviderError(f"instance {node.id} has no address yet")
+        return self._access().runner(node.ip, log_path, node=node.id)
+
+    def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
+        assert isinstance(runner, SSHRunner)
+        return runner.open_tunnel

@@ -90,7 +90,7 @@ class Compute:
     def reset(self) -> None:
         self.vms: dict[tuple[str, str], Vm] = {}
         self.ops: dict[str, dict[str, Any]] = {}
-        self.request_ids: dict[str, str] = {}
+        self.request_ids: dict[str, str] = {}  # kept until reset (GCE: at least an hour)
         self.firewalls: dict[str, dict[str, Any]] = {}
         self.project_metadata: dict[str, Any] = {"items": [], "fingerprint": EMPTY_FINGERPRINT}
         self.images: dict[tuple[str, str], str] = {}  # extra (project, family) -> image

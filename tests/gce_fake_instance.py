@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tests import gce_fake_catalog as catalog
 from tests.gce_fake_compute import fingerprint, now_text, split_url
 from tests.gce_fake_faults import Call, invalid, not_found
-from tests.gce_fake_filter import check_labels
+from tests.gce_fake_filter import check_labels, check_name
 
 if TYPE_CHECKING:
     from tests.gce_fake_compute import Compute
@@ -235,16 +235,16 @@ def build_instance(
                 f"Invalid value for field 'resource.serviceAccounts[0].email': '{email}'. The user does not have access to service account '{email}'."
             )
         accounts.append({"email": email, "scopes": list(account.get("scopes") or [])})
+    network_tags = [str(t) for t in (body.get("tags") or {}).get("items") or []]
+    for tag in network_tags:
+        check_name(tag, "resource.tags.items")
     res: dict[str, Any] = {
         "kind": "compute#instance",
         "id": str(next(compute._ids)),
         "creationTimestamp": now_text(),
         "name": name,
         "description": body.get("description", ""),
-        "tags": {
-            "items": list((body.get("tags") or {}).get("items") or []),
-            "fingerprint": "42WmSpB8rSM=",
-        },
+        "tags": {"items": network_tags, "fingerprint": fingerprint(network_tags)},
         "machineType": compute.url(f"zones/{zone}/machineTypes/{kind.name}"),
         "status": "PROVISIONING",
         "zone": compute.zone_url(zone),

@@ -82,7 +82,7 @@ def test_tokens_come_from_the_fake_and_calls_without_one_get_401(
 def test_lifecycle_insert_stop_start_delete_with_operations(
     server: GceServer, compute: Any
 ) -> None:
-    op = insert(compute, "node-1", labels={"ray-cluster-name": "c1"})
+    op = insert(compute, "node-1", labels={"ray-cluster-name": "c1"}, tags={"items": ["ray-c1"]})
     assert (op["kind"], op["status"], op["operationType"]) == (
         "compute#operation",
         "RUNNING",
@@ -95,7 +95,7 @@ def test_lifecycle_insert_stop_start_delete_with_operations(
     assert "error" not in done and done["progress"] == 100
     running(server, "node-1")
     node = get(compute, "node-1")
-    assert node["labels"] == {"ray-cluster-name": "c1"}
+    assert node["labels"] == {"ray-cluster-name": "c1"} and node["tags"]["items"] == ["ray-c1"]
     assert node["machineType"].endswith(f"/zones/{ZONE}/machineTypes/n1-standard-2")
     assert node["disks"][0]["boot"] and node["scheduling"]["provisioningModel"] == "STANDARD"
     ip = node["networkInterfaces"][0]["networkIP"]

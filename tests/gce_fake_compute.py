@@ -303,6 +303,11 @@ class Compute:
         self._project(call)
         zone = self._zone(call)
         body = call.body if isinstance(call.body, dict) else {}
+        for option in ("sourceInstanceTemplate", "sourceMachineImage"):
+            if call.params.get(option):
+                raise GoogleError(
+                    501, "notImplemented", f"{option} is not modelled by the fake GCE."
+                )
         name = check_name(body.get("name"))
         if (zone, name) in self.vms:
             raise GoogleError(

@@ -236,7 +236,10 @@ class GcpHarness:
         firewalls = self.server.client("compute").firewalls()
         listed = firewalls.list(project=PROJECT).execute().get("items") or []
         stem = f"launcher-{cluster}-"
-        return found + [f"firewall {f['name']}" for f in listed if f["name"].startswith(stem)]
+        found += [f"firewall {f['name']}" for f in listed if f["name"].startswith(stem)]
+        accounts = self.server.client("iam").projects().serviceAccounts()
+        listed = accounts.list(name=f"projects/{PROJECT}").execute().get("accounts") or []
+        return found + [f"account {a['email']}" for a in listed if a["email"].startswith(stem)]
 
 
 HARNESSES = ("localhost", "local", "aws", "gcp")

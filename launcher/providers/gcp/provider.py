@@ -31,6 +31,7 @@ from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ProviderError
 from launcher.providers.base import (
     TAG_CLUSTER,
+    TAG_KIND,
     TAG_LAUNCH_ID,
     TAG_TYPE,
     Node,
@@ -38,6 +39,7 @@ from launcher.providers.base import (
     NodeProvider,
 )
 from launcher.providers.caller import public_address
+from launcher.providers.gcp import accounts
 from launcher.providers.gcp.clients import (
     GcpClients,
     api_errors,
@@ -71,6 +73,10 @@ RATE_LIMIT_RETRIES = 6
 LABEL_RETRIES = 5
 OPERATION_WAIT_S = 600.0
 PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+
+
+def kind_of(tags: Mapping[str, str]) -> NodeKind:
+    return NodeKind(tags.get(TAG_KIND, NodeKind.WORKER.value))
 
 
 class GcpProvider(NodeProvider):
@@ -133,7 +139,14 @@ class GcpProvider(NodeProvider):
         if not self.config.auth.ssh_private_key and ensure_key(Path(self._key)):
             done.append(f"created SSH key {self._key} (mode 0600)")
         done += self._ensure_firewall()
+        if self._head_account_wanted():
+            done += accounts.ensure(self.clients, self.cluster_name)
         return done
+
+    def _head_account_wanted(self) -> bool:
+        """Whether the head runs as the launcher's service account (its node_config names
+        none of its own)."""
+        return not self.config.head_type.node_config.get("serviceAccounts")
 
     def _firewall_rules(self) -> dict[str, dict[str, Any]]:
         tag = network_tag(self.cluster_name)
@@ -324,8 +337,15 @@ class GcpProvider(NodeProvider):
         refused: list[str] = []
         why = ""
         for name in names:
+            config = node_type.node_config
+            if kind_of(tags) is NodeKind.HEAD and self._head_account_wanted():
+                account = accounts.email(self.clients, self.cluster_name)
+                config = {
+                    **config,
+                    "serviceAccounts": [{"email": account, "scopes": list(accounts.SCOPES)}],
+                }
             body = instance_body(
-                node_type.node_config,
+                config,
                 name=name,
                 zone=zone,
                 project=self.project,
@@ -514,6 +534,7 @@ class GcpProvider(NodeProvider):
             self.terminate_nodes(left)
             removed.append(f"{len(left)} stopped instance(s)")
         if purge:
+            removed += accounts.remove(self.clients, self.cluster_name)
             firewalls = self.clients.compute.firewalls()
             for name in self._firewall_names():
                 try:

@@ -157,20 +157,42 @@ class GcpSpec(ProviderSpec):
         provider = config.provider
         assert isinstance(provider, GcpProviderConfig)
         project = provider.project_id or "the project of your credentials"
-        return [
-            PlannedResource("project", project, "use", f"zone {provider.availability_zone}"),
-            PlannedResource(
-                "service account",
-                f"launcher-{config.cluster_name}",
-                "create if missing",
-                "lets the head manage only this cluster's instances",
-            ),
+        stem = f"launcher-{config.cluster_name}"
+        ssh_from = ", ".join(provider.allow_ssh_from) or (
+            "private address ranges" if provider.use_internal_ips else "your public address"
+        )
+        key = (
+            config.auth.ssh_private_key
+            or f"$LAUNCHER_HOME/keys/launcher-gcp-{config.cluster_name}.pem"
+        )
+        planned = [
+            PlannedResource("project", project, "use", f"zones {provider.availability_zone}"),
             PlannedResource(
                 "SSH key",
-                f"project metadata entry for {config.auth.ssh_user or 'ubuntu'}",
+                key,
+                "use" if config.auth.ssh_private_key else "create if missing",
+                f"in each instance's ssh-keys metadata for {config.auth.ssh_user or 'ubuntu'}",
+            ),
+            PlannedResource(
+                "firewall rule", f"{stem}-node-ssh", "create if missing", f"SSH from {ssh_from}"
+            ),
+            PlannedResource(
+                "firewall rule",
+                f"{stem}-node-internal",
                 "create if missing",
+                "all traffic between the cluster's nodes",
             ),
         ]
+        if not config.head_type.node_config.get("serviceAccounts"):
+            planned.append(
+                PlannedResource(
+                    "service account",
+                    f"{stem} (the head's)",
+                    "create if missing",
+                    "roles/compute.instanceAdmin.v1 on the project, for the autoscaler",
+                )
+            )
+        return planned
 
     def node_offer(
         self, config: ClusterConfig, node_type: NodeType, prices: PriceTable

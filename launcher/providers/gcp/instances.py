@@ -189,13 +189,13 @@ def instance_body(
             accelerator["acceleratorType"] = (
                 f"projects/{project}/zones/{zone}/acceleratorTypes/{kind}"
             )
-    if body.get("guestAccelerators"):
-        body.setdefault("scheduling", {}).setdefault("onHostMaintenance", "TERMINATE")
     if isinstance(body.get("scheduling"), list):  # Ray's older examples write a list
         merged: dict[str, Any] = {}
         for entry in body["scheduling"]:
             merged.update(entry)
         body["scheduling"] = merged
+    if body.get("guestAccelerators"):
+        body.setdefault("scheduling", {}).setdefault("onHostMaintenance", "TERMINATE")
     body["labels"] = {**(body.get("labels") or {}), **labels}
     metadata = body.setdefault("metadata", {})
     items = [dict(i) for i in metadata.get("items") or ()]

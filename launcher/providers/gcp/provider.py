@@ -97,6 +97,8 @@ class GcpProvider(NodeProvider):
         self._key = key or str(key_path(f"launcher-gcp-{self.cluster_name}"))
         self._ssh: SSHAccess | None = None
         self._cluster_label = encode_value(self.cluster_name)
+        self._key_line: str | None = None  # ssh-keys entry, read from the key file once
+        self._apis = threading.local()  # this thread's compute.instances() and friends
 
     # -- clients -------------------------------------------------------------------------
     @property
@@ -109,6 +111,15 @@ class GcpProvider(NodeProvider):
     @property
     def project(self) -> str:
         return self.clients.project
+
+    def _api(self, name: str) -> Any:
+        """`compute.NAME()` of this thread's Compute client, built once per thread (building
+        one makes a method object for every method its discovery document lists: ~5 ms)."""
+        api = getattr(self._apis, name, None)
+        if api is None:
+            api = getattr(self.clients.compute, name)()
+            setattr(self._apis, name, api)
+        return api
 
     def _execute(self, method: Callable[..., Any], **arguments: Any) -> Any:
         """Call an API method, again after a pause while GCE rate-limits (429, or 403
@@ -138,6 +149,7 @@ class GcpProvider(NodeProvider):
         done = []
         if not self.config.auth.ssh_private_key and ensure_key(Path(self._key)):
             done.append(f"created SSH key {self._key} (mode 0600)")
+        self._ssh_key_line()  # read now, not in the first launch
         done += self._ensure_firewall()
         if self._head_account_wanted():
             done += accounts.ensure(self.clients, self.cluster_name)
@@ -209,8 +221,15 @@ class GcpProvider(NodeProvider):
         return made
 
     def _ssh_key_line(self) -> str:
-        user = self.config.auth.ssh_user or "ubuntu"
-        return f"{user}:{public_key(Path(self._key))} launcher-{self.cluster_name}"
+        """The `ssh-keys` entry of the launcher's key, read from the key file once (deriving
+        the public key from an RSA private key takes ~0.1 s)."""
+        with self._lock:
+            if self._key_line is None:
+                user = self.config.auth.ssh_user or "ubuntu"
+                self._key_line = (
+                    f"{user}:{public_key(Path(self._key))} launcher-{self.cluster_name}"
+                )
+            return self._key_line
 
     # -- operations ----------------------------------------------------------------------
     def _wait(self, operation: Mapping[str, Any] | None, what: str) -> Mapping[str, Any] | None:
@@ -218,7 +237,6 @@ class GcpProvider(NodeProvider):
         if operation is None:
             return None
         deadline = time.monotonic() + OPERATION_WAIT_S
-        compute = self.clients.compute
         while operation.get("status") != "DONE":
             if time.monotonic() > deadline:
                 raise ProviderError(
@@ -229,14 +247,16 @@ class GcpProvider(NodeProvider):
             try:
                 if zone:
                     operation = self._execute(
-                        compute.zoneOperations().wait,
+                        self._api("zoneOperations").wait,
                         project=self.project,
                         zone=zone,
                         operation=name,
                     )
                 else:
                     operation = self._execute(
-                        compute.globalOperations().wait, project=self.project, operation=name
+                        self._api("globalOperations").wait,
+                        project=self.project,
+                        operation=name,
                     )
             except api_errors() as exc:
                 raise ProviderError(f"cannot {what}: {error_message(exc)}") from exc
@@ -248,10 +268,8 @@ class GcpProvider(NodeProvider):
     # -- listing -------------------------------------------------------------------------
     def _instances(self, *conditions: str) -> Iterator[dict[str, Any]]:
         """The cluster's instances (every zone, every status) meeting `conditions`."""
-        query = " AND ".join(
-            f"({c})" for c in (f'labels.{TAG_CLUSTER} = "{self._cluster_label}"', *conditions)
-        )
-        instances = self.clients.compute.instances()
+        query = self._query(*conditions)
+        instances = self._api("instances")
         token = None
         while True:
             page = self._list_page(instances, query, token)
@@ -263,6 +281,12 @@ class GcpProvider(NodeProvider):
             token = page.get("nextPageToken")
             if not token:
                 return
+
+    def _query(self, *conditions: str) -> str:
+        """A list filter: the cluster's label and `conditions`."""
+        return " AND ".join(
+            f"({c})" for c in (f'labels.{TAG_CLUSTER} = "{self._cluster_label}"', *conditions)
+        )
 
     def _list_page(self, instances: Any, query: str, token: str | None) -> Any:
         try:
@@ -331,7 +355,7 @@ class GcpProvider(NodeProvider):
     ) -> tuple[list[Node], list[str], str]:
         """Insert `names` in `zone` and wait for them. Returns the nodes made, the names GCE
         had no capacity for there, and why."""
-        instances = self.clients.compute.instances()
+        instances = self._api("instances")
         labels = labels_of(tags)
         operations: list[tuple[str, Any]] = []
         refused: list[str] = []
@@ -380,19 +404,44 @@ class GcpProvider(NodeProvider):
                 why = f"{failed[0]}: {failed[1]}"
             else:
                 made_names.append(name)
-        made = self._listed(zone, made_names)
+        made = self._listed(zone, made_names, request_id)
         return made, refused, why
 
-    def _listed(self, zone: str, names: Sequence[str]) -> list[Node]:
-        instances = self.clients.compute.instances()
+    def _listed(self, zone: str, names: Sequence[str], request_id: str | None = None) -> list[Node]:
+        """The instances `names` of `zone` as nodes: several made by one request are read
+        with one listing of the zone filtered on the request's label, the rest (or a single
+        one) one `instances.get` each."""
+        instances = self._api("instances")
+        read: dict[str, Any] = {}
+        if request_id and len(names) > 1:
+            query = self._query(f'labels.{TAG_LAUNCH_ID} = "{encode_value(request_id)}"')
+            token = None
+            while True:
+                try:
+                    page = self._execute(
+                        instances.list,
+                        project=self.project,
+                        zone=zone,
+                        filter=query,
+                        pageToken=token,
+                        maxResults=500,
+                    )
+                except api_errors() as exc:
+                    raise ProviderError(f"cannot list instances: {error_message(exc)}") from exc
+                read.update({str(i["name"]): i for i in page.get("items") or ()})
+                token = page.get("nextPageToken")
+                if not token:
+                    break
         found = []
         for name in names:
-            try:
-                instance = self._execute(
-                    instances.get, project=self.project, zone=zone, instance=name
-                )
-            except api_errors() as exc:
-                raise ProviderError(f"cannot read {name}: {error_message(exc)}") from exc
+            instance = read.get(name)
+            if instance is None:
+                try:
+                    instance = self._execute(
+                        instances.get, project=self.project, zone=zone, instance=name
+                    )
+                except api_errors() as exc:
+                    raise ProviderError(f"cannot read {name}: {error_message(exc)}") from exc
             with self._lock:
                 self._zone[name] = zone
             node = to_node(instance, self.internal, ())
@@ -421,7 +470,7 @@ class GcpProvider(NodeProvider):
         ][:count]
         if not stopped:
             return []
-        instances = self.clients.compute.instances()
+        instances = self._api("instances")
         started = []
         for instance in stopped:
             name, zone = str(instance["name"]), zone_of(instance)
@@ -469,7 +518,7 @@ class GcpProvider(NodeProvider):
 
     def _each(self, names: Sequence[str], verb: str) -> None:
         """`instances.delete` or `instances.stop` each of `names`, then wait for them all."""
-        instances = self.clients.compute.instances()
+        instances = self._api("instances")
         operations = []
         for name in dict.fromkeys(names):
             zone = self._zone_for(name)
@@ -507,7 +556,7 @@ class GcpProvider(NodeProvider):
     ) -> None:
         """Merge `tags` into the instance's labels (less `drop`), with its current
         fingerprint, again when another writer changed them meanwhile (412)."""
-        instances = self.clients.compute.instances()
+        instances = self._api("instances")
         for attempt in range(LABEL_RETRIES + 1):
             try:
                 instance = self._execute(

@@ -11,11 +11,15 @@ own, and its key is pinned afresh instead of refused as changed.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from launcher.config.model import AuthConfig
-from launcher.errors import UsageError
+from launcher.errors import ProviderError, UsageError
 from launcher.paths import cluster_dir
+from launcher.providers.base import Node
+from launcher.runners.base import CommandRunner
+from launcher.runners.forward import PortOpener
 from launcher.runners.known_hosts import KnownHosts
 from launcher.runners.ssh import SSHRunner, SSHTarget
 
@@ -61,3 +65,31 @@ class SSHAccess:
             for runner in self._runners.values():
                 runner.close()
             self._runners.clear()
+
+
+class InstanceAccess:
+    """How a cloud provider reaches its instances: SSH to each node's address as the
+    config's `auth` says, with `key` (the config's, or one the launcher manages for the
+    cluster) as the private key. The connections are made on first use."""
+
+    def __init__(self, cluster_name: str, auth: AuthConfig, key: str | None) -> None:
+        self.cluster_name = cluster_name
+        self.auth = auth if key == auth.ssh_private_key else replace(auth, ssh_private_key=key)
+        self._access: SSHAccess | None = None
+        self._lock = threading.Lock()
+
+    def runner(self, node: Node, log_path: Path) -> SSHRunner:
+        if not node.ip:
+            raise ProviderError(f"instance {node.id} has no address yet")
+        with self._lock:
+            if self._access is None:
+                self._access = SSHAccess(self.cluster_name, self.auth)
+            access = self._access
+        return access.runner(node.ip, log_path, node=node.id)
+
+
+def ssh_tunnel(runner: CommandRunner) -> PortOpener:
+    """Ports forwarded through the node's SSH connection, to the port as the node itself
+    sees it (a firewall lets only SSH in; Ray's dashboard listens on localhost)."""
+    assert isinstance(runner, SSHRunner)
+    return runner.open_tunnel

@@ -73,11 +73,10 @@ from launcher.providers.base import (
 )
 from launcher.providers.caller import public_address
 from launcher.providers.keyfiles import key_path
-from launcher.providers.ssh_access import SSHAccess, known_hosts_path
+from launcher.providers.ssh_access import InstanceAccess, known_hosts_path, ssh_tunnel
 from launcher.runners.base import CommandRunner
 from launcher.runners.forward import PortOpener
 from launcher.runners.known_hosts import KnownHosts
-from launcher.runners.ssh import SSHRunner
 
 PUBLIC_IP_WAIT_S = 180.0
 PROFILE_RETRIES = 8  # a new head instance profile takes a while to be usable
@@ -118,7 +117,7 @@ class AwsProvider(NodeProvider):
         key = config.auth.ssh_private_key
         name = own_key_name(config)
         self._key = key if key else (str(key_path(name)) if name else None)
-        self._ssh: SSHAccess | None = None
+        self._instances_access = InstanceAccess(self.cluster_name, config.auth, self._key)
 
     # -- bootstrap ----------------------------------------------------------------------
     def bootstrap(self, wait_s: float = 300.0) -> list[str]:
@@ -479,24 +478,11 @@ class AwsProvider(NodeProvider):
     def ssh_private_key(self) -> str | None:
         return self._key
 
-    def _access(self) -> SSHAccess:
-        with self._lock:
-            if self._ssh is None:
-                auth = self.config.auth
-                if self._key != auth.ssh_private_key:
-                    auth = dataclasses.replace(auth, ssh_private_key=self._key)
-                self._ssh = SSHAccess(self.cluster_name, auth)
-            return self._ssh
-
     def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
-        if not node.ip:
-            raise ProviderError(f"instance {node.id} has no address yet")
-        return self._access().runner(node.ip, log_path, node=node.id)
+        return self._instances_access.runner(node, log_path)
 
     def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
-        # Through the SSH connection: the security group lets in SSH only.
-        assert isinstance(runner, SSHRunner)
-        return runner.open_tunnel
+        return ssh_tunnel(runner)
 
     def node_env(self, node: Node, head: Node | None) -> dict[str, str]:
         env = super().node_env(node, head)

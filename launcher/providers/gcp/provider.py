@@ -64,10 +64,9 @@ from launcher.providers.gcp.instances import (
 )
 from launcher.providers.gcp.spec import GcpProviderConfig
 from launcher.providers.keyfiles import ensure_key, key_path, public_key
-from launcher.providers.ssh_access import SSHAccess
+from launcher.providers.ssh_access import InstanceAccess, ssh_tunnel
 from launcher.runners.base import CommandRunner
 from launcher.runners.forward import PortOpener
-from launcher.runners.ssh import SSHRunner
 
 RATE_LIMIT_RETRIES = 6
 LABEL_RETRIES = 5
@@ -95,7 +94,7 @@ class GcpProvider(NodeProvider):
         self._answered: set[str] = set()  # reclaimed workers already removed
         key = config.auth.ssh_private_key
         self._key = key or str(key_path(f"launcher-gcp-{self.cluster_name}"))
-        self._ssh: SSHAccess | None = None
+        self._instances_access = InstanceAccess(self.cluster_name, config.auth, self._key)
         self._cluster_label = encode_value(self.cluster_name)
         self._key_line: str | None = None  # ssh-keys entry, read from the key file once
         self._apis = threading.local()  # this thread's compute.instances() and friends
@@ -606,22 +605,8 @@ class GcpProvider(NodeProvider):
     def ssh_private_key(self) -> str | None:
         return self._key
 
-    def _access(self) -> SSHAccess:
-        with self._lock:
-            if self._ssh is None:
-                auth = self.config.auth
-                if self._key != auth.ssh_private_key:
-                    import dataclasses
-
-                    auth = dataclasses.replace(auth, ssh_private_key=self._key)
-                self._ssh = SSHAccess(self.cluster_name, auth)
-            return self._ssh
-
     def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
-        if not node.ip:
-            raise ProviderError(f"instance {node.id} has no address yet")
-        return self._access().runner(node.ip, log_path, node=node.id)
+        return self._instances_access.runner(node, log_path)
 
     def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
-        assert isinstance(runner, SSHRunner)
-        return runner.open_tunnel
+        return ssh_tunnel(runner)

@@ -32,7 +32,7 @@ from launcher.providers.local.records import (
     records_dir,
 )
 from launcher.providers.local.spec import OnPremProviderConfig
-from launcher.providers.ssh_access import SSHAccess
+from launcher.providers.ssh_access import SSHAccess, ssh_tunnel
 from launcher.runners.base import CommandRunner, wait_until_ready
 from launcher.runners.container import container_for, stop_command
 from launcher.runners.forward import PortOpener
@@ -179,10 +179,7 @@ class OnPremProvider(NodeProvider):
         return (records_dir(self.cluster_name), *keys)
 
     def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
-        # Through the SSH connection, to the port as the node itself sees it (Ray's
-        # dashboard listens on the node's localhost only).
-        assert isinstance(runner, SSHRunner)
-        return runner.open_tunnel
+        return ssh_tunnel(runner)
 
     def cleanup(self, purge: bool = False) -> list[str]:
         if self.records.remove_all():

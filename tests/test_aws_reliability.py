@@ -568,6 +568,38 @@ def test_down_while_the_head_is_launching_a_worker(cloud: Cloud, where: str) -> 
         cloud.server.describe_lag = 0.0
 
 
+@pytest.mark.parametrize("head", ["stale tag", "unreachable"])
+def test_down_stops_the_autoscaler_whatever_the_head_tag_says(cloud: Cloud, head: str) -> None:
+    """A killed `up`'s CreateTags, carried out by AWS after a second `up` had brought the
+    same head up, set the head's status tag back to "setting-up" (CI, seed 786672 run 8).
+    `down` took the tag's word that no autoscaler ran there, terminated the worker, and the
+    autoscaler launched a new one that was left running. `down` must stop the autoscaler
+    of a head that answers whatever its tag says, and terminate a head it cannot reach
+    before the workers (so that nothing there can launch one after them)."""
+    name = "stale" if head == "stale tag" else "mute"
+    path = str(cloud.config(name, cache_stopped=False))
+    up = cloud.run(f"{name}-up", "up", "-y", path)
+    assert up.returncode == 0, up.output
+    (head_node,) = [i for i in cloud.instances(name) if is_head(i)]
+    ec2 = cloud.server.client("ec2")
+    ec2.create_tags(
+        Resources=[head_node.id], Tags=[{"Key": "launcher-node-status", "Value": "setting-up"}]
+    )
+    if head == "unreachable":  # its sshd turns every key away; the autoscaler runs on
+        (cloud.hosts.host(head_node.id).root / "authorized_keys").write_text("")
+    down = cloud.run(f"{name}-down", "down", "-y", path)
+    clean(down)
+    assert down.returncode == 0, down.output
+    if head == "stale tag":
+        assert "autoscaler stopped on the head" in down.stderr, down.output
+    else:
+        assert "could not reach the head to stop its autoscaler" in down.stderr, down.output
+        lines = down.stderr.splitlines()
+        terminating = [line for line in lines if line.endswith("terminating")]
+        assert head_node.id in terminating[0], down.output  # the head went first
+    assert cloud.instances(name) == [], down.output
+
+
 @pytest.mark.parametrize(
     ("then", "where"),
     [("down", "in flight"), ("up", "in flight"), ("down", "unlisted"), ("up", "unlisted")],

@@ -43,13 +43,19 @@ class HeadSession:
 
 
 def connect(
-    config: ClusterConfig, provider: NodeProvider | None = None, head: Node | None = None
+    config: ClusterConfig,
+    provider: NodeProvider | None = None,
+    head: Node | None = None,
+    *,
+    any_status: bool = False,
 ) -> HeadSession:
     """The head of a running cluster. `head`: its node when the caller just listed it (the
-    provider's nodes are not read again)."""
+    provider's nodes are not read again). `any_status`: whatever its status tag says (a
+    tag a killed launcher's late call overwrote can say "setting-up" on a head that runs
+    the autoscaler)."""
     provider = provider or make_provider(config)
     head = head or provider.head()
-    if head is None or head.status is not NodeStatus.UP_TO_DATE:
+    if head is None or (head.status is not NodeStatus.UP_TO_DATE and not any_status):
         state = "is not running" if head is None else f"head is {head.status.value}"
         raise NoClusterError(
             f"cluster {config.cluster_name} {state}; start it with "
@@ -134,6 +140,7 @@ class DaemonStop(enum.Enum):
     NOT_RUNNING = "not running"
     STOPPED = "stopped"  # exited by itself once asked
     KILLED = "killed"  # did not exit in time: a launch it had in flight may still land
+    UNREACHABLE = "unreachable"  # the head did not answer: it may still be running
 
 
 def stop_wait_s() -> float:
@@ -155,9 +162,10 @@ def stop_daemon(session: HeadSession) -> DaemonStop:
         "sleep 0.1; done; kill -9 $pid 2>/dev/null; exit 4"
     )
     code = session.daemon_runner.run(stop, session.env).exit_code
-    if code == 4:
-        return DaemonStop.KILLED
-    return DaemonStop.STOPPED if code == 0 else DaemonStop.NOT_RUNNING
+    return _STOP_CODES.get(code, DaemonStop.UNREACHABLE)
+
+
+_STOP_CODES = {0: DaemonStop.STOPPED, 3: DaemonStop.NOT_RUNNING, 4: DaemonStop.KILLED}
 
 
 def monitor_command(lines: int, follow: bool) -> str:

@@ -25,7 +25,7 @@ from launcher.cluster.install import PythonChoice, install_on_head, place_ssh_ac
 from launcher.cluster.lock import ClusterLock
 from launcher.config.loader import Overrides, parse_config, read_config_file
 from launcher.config.model import ClusterConfig
-from launcher.errors import LauncherError, NoClusterError, UsageError
+from launcher.errors import LauncherError, UsageError
 from launcher.events import EventSink, Message, NodeProgress
 from launcher.paths import cluster_dir
 from launcher.providers.base import TAG_STATUS, Node, NodeKind, NodeProvider, NodeStatus
@@ -257,13 +257,29 @@ def down(
         ):
             raise LauncherError("cancelled; nothing was terminated")
         daemon = DaemonStop.NOT_RUNNING
+        first: list[Node] = []
         if not workers_only:
-            daemon = _stop_autoscaler(config, provider)
+            daemon = _stop_autoscaler(config, provider, nodes)
+            if daemon is DaemonStop.STOPPED:
+                events(Message("autoscaler stopped on the head"))
+            if daemon is DaemonStop.UNREACHABLE:
+                # An autoscaler may still run there: the head goes first, so that it cannot
+                # launch a worker after the workers were terminated.
+                first = [n for n in targets if n.kind is NodeKind.HEAD]
+                events(
+                    Message(
+                        "could not reach the head to stop its autoscaler; terminating the "
+                        "head first, then listing the cluster's nodes again",
+                        "warning",
+                    )
+                )
+                _terminate(provider, first, events)
             if daemon is not DaemonStop.NOT_RUNNING:
                 # It may have launched nodes since the listing above: list again.
                 nodes = provider.nodes()
                 targets = _down_targets(config, nodes, workers_only, keep_min_workers)
         _terminate(provider, targets, events)
+        targets = first + [n for n in targets if n.id not in {f.id for f in first}]
         if daemon is DaemonStop.KILLED:
             targets += _terminate_late_arrivals(provider, {n.id for n in targets}, events)
         removed: list[str] = []
@@ -332,11 +348,19 @@ def _down_targets(
     return targets
 
 
-def _stop_autoscaler(config: ClusterConfig, provider: NodeProvider) -> DaemonStop:
-    try:
-        session: HeadSession = connect(config, provider)
-    except NoClusterError:
+def _stop_autoscaler(
+    config: ClusterConfig, provider: NodeProvider, nodes: Sequence[Node]
+) -> DaemonStop:
+    """Stop the autoscaler on the cluster's head, whatever the head's status tag says: a
+    tag is not proof that no autoscaler runs there."""
+    head = next((n for n in nodes if n.kind is NodeKind.HEAD), None)
+    if head is None:
         return DaemonStop.NOT_RUNNING
+    if head.ip is None:
+        return DaemonStop.UNREACHABLE
+    session: HeadSession = connect(config, provider, head, any_status=True)
+    if head.status is not NodeStatus.UP_TO_DATE and session.daemon_runner.check_ready():
+        return DaemonStop.UNREACHABLE  # one try: a head still booting is common here
     return stop_daemon(session)
 
 

@@ -15,6 +15,7 @@ import pytest
 from launcher.autoscaler.backoff import CapacityMemory, TypeBackoff
 from launcher.autoscaler.daemon import Daemon
 from launcher.autoscaler.executor import Executor
+from launcher.autoscaler.listing import LISTING_MAX_AGE_S
 from launcher.autoscaler.planner import NodeView, Settings, Snapshot, TypeInfo, plan
 from launcher.autoscaler.spec import STATE_FILE
 from launcher.config.loader import parse_config
@@ -150,6 +151,7 @@ class _Cloud(NodeProvider):
         self.capacity = dict(capacity)
         self.made: list[Node] = []
         self.calls: list[tuple[str, int, frozenset[str]]] = []
+        self.order: list[str] = []  # "nodes", "create", "terminate": the calls in order
         self.fail_with: Exception | None = None
         self.gate = threading.Event()
         self.gate.set()
@@ -159,6 +161,7 @@ class _Cloud(NodeProvider):
         return None
 
     def nodes(self) -> list[Node]:
+        self.order.append("nodes")
         return list(self.made)
 
     def zones(self, node_type: NodeType) -> tuple[str, ...]:
@@ -176,6 +179,7 @@ class _Cloud(NodeProvider):
         self.gate.wait(10)
         with self.lock:
             self.calls.append((node_type.name, count, frozenset(avoid_zones)))
+            self.order.append("create")
             if self.fail_with is not None:
                 raise self.fail_with
             created: list[Node] = []
@@ -199,6 +203,7 @@ class _Cloud(NodeProvider):
             return created
 
     def terminate_nodes(self, node_ids: Sequence[str]) -> None:
+        self.order.append("terminate")
         self.made = [n for n in self.made if n.id not in node_ids]
 
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
@@ -375,7 +380,23 @@ def _daemon(
         "fb.yaml",
     )
     cloud = cloud_class(config, capacity)
-    return Daemon(cloud, config), cloud
+    return Daemon(cloud, config, clock=_Clock()), cloud
+
+
+class _Clock:
+    """The daemon's clock for its listing's age: time passes only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _later(daemon: Daemon, seconds: float) -> None:
+    clock = daemon.clock
+    assert isinstance(clock, _Clock)
+    clock.now += seconds
 
 
 def _tick(daemon: Daemon) -> None:
@@ -455,12 +476,49 @@ def test_daemon_replaces_a_preempted_spot_worker_with_its_fallback(
     assert sorted(n.node_type for n in cloud.made) == ["spot", "spot"]
     cloud.made = [dataclasses.replace(n, state=NodeState.PREEMPTED) for n in cloud.made]
     cloud.capacity["spot", "zone-a"] = 0
+    _tick(daemon)  # the listing is younger than its max age: not read again, not seen yet
+    assert all(n.state is NodeState.PREEMPTED for n in cloud.made)
+    _later(daemon, LISTING_MAX_AGE_S)  # Ray's tick: seen no later than Ray's would
     _tick(daemon)  # both terminated; zone-b avoided, zone-a still open: spot is tried there
     _tick(daemon)  # zone-a has nothing either: now spot is out everywhere
     _tick(daemon)
     assert sorted(n.node_type for n in cloud.made) == ["ondemand", "ondemand"]
     log = Path(STATE_FILE).expanduser().read_text()
     assert "was preempted in zone-b" in log
+
+
+def test_idle_ticks_do_not_list_and_every_action_follows_a_fresh_listing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The daemon ticks every second but lists the provider only when the listing may have
+    changed (its own launches and terminations), when it is LISTING_MAX_AGE_S old (Ray's
+    tick), or right before it acts; an idle cluster costs one listing per 5 s, not per
+    tick (issue 15: fewer API calls per tick than Ray's autoscaler)."""
+    daemon, cloud = _daemon(monkeypatch, tmp_path, {("spot", "zone-a"): 5})
+    daemon.listing.max_age_s = 60.0  # here only what the daemon itself does reads it
+    cloud.fail_with = ProviderError("the API is down")
+    _tick(daemon)  # listed, then min_workers: 2 x spot, which fails
+    _tick(daemon)  # spot waits (backoff): its fallback is launched, on a fresh listing; fails
+    assert cloud.order == ["nodes", "create", "nodes", "create"]
+    for _ in range(10):
+        _tick(daemon)  # a launch ended (it might have made some): read once; then both wait
+    assert cloud.order[4:] == ["nodes"]
+    cloud.fail_with = None
+    _later(daemon, 30.0)  # the backoff is over: a launch is due, on a listing read now
+    _tick(daemon)
+    assert cloud.order[5:] == ["nodes", "create"]
+    _tick(daemon)  # the launch made nodes: read again to see them
+    assert cloud.order[7:] == ["nodes"]
+    for _ in range(10):
+        _tick(daemon)
+    assert cloud.order[8:] == []
+    _later(daemon, 60.0)
+    _tick(daemon)  # old: read again
+    assert cloud.order[8:] == ["nodes"]
+    cloud.made[0] = dataclasses.replace(cloud.made[0], tags={TAG_STATUS: NodeStatus.FAILED})
+    _later(daemon, 60.0)
+    _tick(daemon)  # a failed worker: terminated and replaced, after a listing
+    assert cloud.order[9:] == ["nodes", "terminate", "create"]
 
 
 class _Stuck(_Cloud):
@@ -477,6 +535,7 @@ def test_daemon_goes_on_launching_when_a_node_cannot_be_freed(
     _tick(daemon)
     assert [n.node_type for n in cloud.made] == ["spot", "spot"]
     cloud.made[0] = dataclasses.replace(cloud.made[0], tags={TAG_STATUS: NodeStatus.FAILED})
+    _later(daemon, LISTING_MAX_AGE_S)  # tagged outside the daemon: seen at its next listing
     _tick(daemon)  # the failed one cannot be freed; its replacement is launched all the same
     assert len(cloud.made) == 3 and cloud.made[0].status is NodeStatus.FAILED
 

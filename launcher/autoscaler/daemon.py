@@ -15,7 +15,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -23,6 +24,7 @@ from launcher.autoscaler.backoff import TypeBackoff
 from launcher.autoscaler.demand import Demand
 from launcher.autoscaler.executor import Executor
 from launcher.autoscaler.gcs import GcsDemandReader
+from launcher.autoscaler.listing import NodeListing
 from launcher.autoscaler.minimum import broken_workers
 from launcher.autoscaler.observe import planner_settings, snapshot
 from launcher.autoscaler.planner import Plan, plan
@@ -42,6 +44,48 @@ SETUP_FAILURES_BEFORE_BACKOFF = 3
 SETUP_FAILURES_GIVE_UP = 8  # a type failing setup this often in a row is not replaced again
 
 
+@dataclass(frozen=True)
+class _Choice:
+    """A tick's decisions on one listing, before any is carried out."""
+
+    nodes: list[Node]  # the listing plus launched nodes not listed yet
+    head: Node | None
+    preempted: list[Node]
+    broken: tuple[tuple[str, str], ...]
+    unavailable: dict[str, str]
+    result: Plan
+    setups: list[tuple[Node, bool]]  # (worker, files only)
+
+    @property
+    def acts(self) -> bool:
+        return bool(
+            self.preempted
+            or self.broken
+            or self.result.terminate
+            or self.result.launches()
+            or self.setups
+        )
+
+
+def _head(nodes: list[Node]) -> Node | None:
+    return next((n for n in nodes if n.kind is NodeKind.HEAD), None)
+
+
+def _setups(listed: list[Node], skip: set[str], resync: bool) -> list[tuple[Node, bool]]:
+    """(worker, files only) to set up: listed new workers (a launched node is set up once
+    listed, with its address), and the file mounts of the others when `resync` is due
+    (file_mounts_sync_continuously)."""
+    out = []
+    for node in listed:
+        if node.kind is not NodeKind.WORKER or node.id in skip:
+            continue
+        if node.status is NodeStatus.UNINITIALIZED:
+            out.append((node, False))
+        elif resync and node.status is NodeStatus.UP_TO_DATE:
+            out.append((node, True))
+    return out
+
+
 def log(text: str) -> None:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     print(f"{stamp} {text}", flush=True)
@@ -49,7 +93,11 @@ def log(text: str) -> None:
 
 class Daemon:
     def __init__(
-        self, provider: NodeProvider, config: ClusterConfig, interval_s: float = 1.0
+        self,
+        provider: NodeProvider,
+        config: ClusterConfig,
+        interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.provider = provider
         self.config = config
@@ -64,7 +112,12 @@ class Daemon:
             give_up_after=SETUP_FAILURES_GIVE_UP,
         )
         self.wake = threading.Event()  # a launch finished: tick now, to set its nodes up
-        self.executor = Executor(provider, config, self._decided, on_done=self.wake.set)
+        self.clock = clock  # for listing ages and backoffs
+        self.listing = NodeListing(provider.nodes, clock=clock)
+        self.executor = Executor(
+            provider, config, self._decided, clock=clock, on_done=self._launch_done
+        )
+        self.ray_nodes: frozenset[tuple[str, bool]] = frozenset()
         self.settings = planner_settings(config, SPECS[config.provider.type], load_prices())
         self.reader: GcsDemandReader | None = None
         self.seen_before: set[str] = set()
@@ -94,18 +147,24 @@ class Daemon:
             busy = {node_id for node_id, t in self.updating.items() if t.is_alive()}
             self.updating = {k: v for k, v in self.updating.items() if k in busy}
         self.executor.collect()
-        listed = self.provider.nodes()
+        listed, just_read = self.listing.current()
+        demand = self._demand(_head(listed))
+        ray_nodes = frozenset((n.ip, n.alive) for n in demand.nodes)
+        if ray_nodes != self.ray_nodes and not just_read:
+            listed, just_read = self.listing.fresh(), True  # Ray saw nodes come or go
+        self.ray_nodes = ray_nodes
+        resync = self._resync_due()
+        choice = self._choose(listed, busy, demand, resync)
+        if choice.acts and not just_read:  # never act on an earlier tick's listing
+            choice = self._choose(self.listing.fresh(), busy, demand, resync)
+        self._act(choice, demand)
+
+    def _choose(self, listed: list[Node], busy: set[str], demand: Demand, resync: bool) -> _Choice:
+        """What this tick would do, given the listing: decided, not done."""
         nodes = listed + self.executor.unlisted(listed)
-        head = next((n for n in nodes if n.kind is NodeKind.HEAD), None)
-        preempted = {n.id: n for n in nodes if n.state is NodeState.PREEMPTED}
-        for node_id, node in preempted.items():
-            if node_id not in self.preempted:
-                self.executor.preempted(node)
-        self.preempted = set(preempted)  # each preemption remembered once, while listed
-        demand = self._demand(head)
+        head = _head(nodes)
+        preempted = [n for n in nodes if n.state is NodeState.PREEMPTED]
         broken = broken_workers(self.config, nodes, busy, demand.nodes)
-        for node_id, reason in broken:
-            self._decided(f"terminate {node_id}: {reason}", "terminate")
         unavailable = self._unavailable()
         view = snapshot(
             self.config,
@@ -116,11 +175,23 @@ class Daemon:
             unavailable,
         )
         result = plan(view, self.settings)
+        gone = {i for i, _ in broken} | {i for i, _ in result.terminate}
+        setups = [] if head is None else _setups(listed, busy | gone, resync)
+        return _Choice(nodes, head, preempted, broken, unavailable, result, setups)
+
+    def _act(self, choice: _Choice, demand: Demand) -> None:
+        for node in choice.preempted:
+            if node.id not in self.preempted:
+                self.executor.preempted(node)
+        self.preempted = {n.id for n in choice.preempted}  # each remembered once, while listed
+        for node_id, reason in choice.broken:
+            self._decided(f"terminate {node_id}: {reason}", "terminate")
+        result = choice.result
         for decision in result.decisions:
             self._decided(str(decision), decision.action)
-        terminate = [node_id for node_id, _ in broken] + [i for i, _ in result.terminate]
-        gone = set(terminate)
+        terminate = [node_id for node_id, _ in choice.broken] + [i for i, _ in result.terminate]
         if terminate:
+            self.listing.invalidate()
             try:
                 self.provider.stop_nodes(terminate)
             except LauncherError as exc:
@@ -129,26 +200,25 @@ class Daemon:
                 log(f"error: {exc}")
             else:
                 if self.provider.terminating_frees_capacity:
-                    self.executor.capacity.freed({n.zone for n in nodes if n.id in gone})
+                    gone = set(terminate)
+                    self.executor.capacity.freed({n.zone for n in choice.nodes if n.id in gone})
         for type_name, count, stands_in_for in result.launches():
             self.executor.launch(type_name, count, stands_in_for)
-        self._write_state(demand, result, unavailable)
-        if head is None:
-            return
-        resync = self._resync_due()
-        for node in nodes:  # the listing plus launched nodes not listed yet
-            if node.kind is not NodeKind.WORKER or node.id in busy or node.id in gone:
-                continue
-            if node.status is NodeStatus.UNINITIALIZED:
-                self._start_update(node.id, head.id)
-            elif resync and node.status is NodeStatus.UP_TO_DATE:
-                self._start_update(node.id, head.id, files_only=True)
+        self._write_state(demand, result, choice.unavailable)
+        if choice.head is not None:
+            for node, files_only in choice.setups:
+                self._start_update(node, choice.head, files_only)
+
+    def _launch_done(self) -> None:
+        """A launch finished (on the executor's thread): list again, and tick now."""
+        self.listing.invalidate()
+        self.wake.set()
 
     def _resync_due(self) -> bool:
         """file_mounts_sync_continuously: time to copy the head's file mounts to workers."""
         if not self.config.file_mounts_sync_continuously:
             return False
-        now = time.monotonic()
+        now = self.clock()
         if now - self.last_resync < RESYNC_INTERVAL_S:
             return False
         self.last_resync = now
@@ -157,7 +227,7 @@ class Daemon:
     def _unavailable(self) -> dict[str, str]:
         """Types the planner must not launch now -> why: out of capacity, or waiting after
         failed launches or setups."""
-        now = time.monotonic()
+        now = self.clock()
         out = self.executor.unavailable()
         for backoff in (self.executor.launch_backoff, self.setup_backoff):
             for name, why in backoff.reasons(now).items():
@@ -198,7 +268,7 @@ class Daemon:
                 for p in self.executor.pending()
             ],
             "unavailable": dict(unavailable),
-            "avoided_zones": self.executor.capacity.describe(time.monotonic()),
+            "avoided_zones": self.executor.capacity.describe(self.clock()),
             "time": time.time(),
             "pending": [{"resources": dict(r), "count": c} for r, c in demand.pending],
             "placement_groups": [
@@ -215,46 +285,40 @@ class Daemon:
         temporary.write_text(json.dumps(state))
         temporary.replace(path)
 
-    def _start_update(self, node_id: str, head_id: str, files_only: bool = False) -> None:
+    def _start_update(self, node: Node, head: Node, files_only: bool = False) -> None:
         with self.lock:
-            running = self.updating.get(node_id)
+            running = self.updating.get(node.id)
             if len(self.updating) >= MAX_PARALLEL_SETUPS or (running and running.is_alive()):
                 return
             thread = threading.Thread(
                 target=self._sync if files_only else self._update,
-                args=(node_id, head_id),
-                name=f"update-{node_id}",
+                args=(node, head),
+                name=f"update-{node.id}",
                 daemon=True,
             )
-            self.updating[node_id] = thread
+            self.updating[node.id] = thread
         thread.start()
 
-    def _update(self, node_id: str, head_id: str) -> None:
-        nodes = {n.id: n for n in self.provider.nodes()}
-        node, head = nodes.get(node_id), nodes.get(head_id)
-        if node is None:
-            return
-        log(f"setting up {node_id} ({node.node_type}, {node.ip})")
+    def _update(self, node: Node, head: Node) -> None:
+        log(f"setting up {node.id} ({node.node_type}, {node.ip})")
         updater = self._updater(node, head)
         try:
             updater.run()
         except LauncherError as exc:
-            log(f"{node_id}: {exc}")
-            what_next = self.setup_backoff.failed(node.node_type, time.monotonic())
+            log(f"{node.id}: {exc}")
+            what_next = self.setup_backoff.failed(node.node_type, self.clock())
             if what_next:
                 self._decided(what_next, "backoff")
             return
+        finally:
+            self.listing.invalidate()  # its status tag changed
         self.setup_backoff.succeeded(node.node_type)
 
-    def _sync(self, node_id: str, head_id: str) -> None:
-        nodes = {n.id: n for n in self.provider.nodes()}
-        node = nodes.get(node_id)
-        if node is None:
-            return
+    def _sync(self, node: Node, head: Node) -> None:
         try:
-            self._updater(node, nodes.get(head_id)).sync_files()
+            self._updater(node, head).sync_files()
         except LauncherError as exc:
-            log(f"{node_id}: syncing file mounts failed: {exc}")
+            log(f"{node.id}: syncing file mounts failed: {exc}")
 
     def _updater(self, node: Node, head: Node | None) -> NodeUpdater:
         # The head's copies of the file mounts are at their remote paths, under its home.

@@ -5,10 +5,7 @@ deletion, in-cluster configuration, faults and the call log."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import ssl
-import subprocess
 import threading
 import time
 import urllib.error
@@ -35,7 +32,6 @@ from kubernetes import client, watch  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 from kubernetes.config import incluster_config, new_client_from_config  # noqa: E402
 
-KUBECTL = shutil.which("kubectl")
 NODES = (
     NodeSpec("node-a", cpu="4", memory="8Gi"),
     NodeSpec("node-b", cpu="4", memory="8Gi"),
@@ -126,19 +122,6 @@ def pod_body(
         meta["name"] = name
     container = {"name": "main", "image": "busybox:1.36", "resources": {"requests": {"cpu": cpu}}}
     return {"metadata": meta, "spec": {"containers": [container], **spec}}
-
-
-def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    if KUBECTL is None:
-        pytest.skip("kubectl is not installed")
-    env = dict(os.environ, KUBECONFIG=str(kubeconfig))
-    env.pop("HTTPS_PROXY", None)
-    done = subprocess.run(
-        [KUBECTL, *args], check=False, capture_output=True, text=True, env=env, timeout=60
-    )
-    if check and done.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed: {done.stderr}")
-    return done
 
 
 def raw(server: KubeServer, method: str, path: str, token: str | None = None) -> tuple[int, str]:
@@ -633,70 +616,3 @@ def test_list_of_many_pods_is_fast(server: KubeServer, core: Any) -> None:
     print(f"list of 1000 pods: {elapsed * 1000:.0f} ms")
     assert elapsed < 5
     core.delete_namespace(name)
-
-
-# -- kubectl -----------------------------------------------------------------------------
-
-POD_YAML = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: kc
-  labels: {app: web}
-spec:
-  containers:
-  - name: main
-    image: busybox:1.36
-    resources: {requests: {cpu: 100m}}
-"""
-
-
-def test_kubectl_create_apply_label_patch_delete(
-    kubeconfig: Path, tmp_path: Path, server: KubeServer
-) -> None:
-    manifest = tmp_path / "pod.yaml"
-    manifest.write_text(POD_YAML)
-    assert "pod/kc created" in kubectl(kubeconfig, "create", "-f", str(manifest)).stdout
-    taken = kubectl(kubeconfig, "create", "-f", str(manifest), check=False)
-    assert "Error from server (AlreadyExists)" in taken.stderr
-    assert 'pods "kc" already exists' in taken.stderr
-    manifest.write_text(POD_YAML.replace("app: web", "app: api"))
-    assert "pod/kc configured" in kubectl(kubeconfig, "apply", "-f", str(manifest)).stdout
-    kubectl(kubeconfig, "label", "pod", "kc", "tier=head")
-    kubectl(kubeconfig, "patch", "pod", "kc", "-p", '{"metadata":{"annotations":{"n":"1"}}}')
-    kubectl(
-        kubeconfig,
-        "patch",
-        "pod",
-        "kc",
-        "--type=merge",
-        "-p",
-        '{"metadata":{"labels":{"tier":null}}}',
-    )
-    got = json.loads(kubectl(kubeconfig, "get", "pod", "kc", "-o", "json").stdout)
-    assert got["metadata"]["labels"] == {"app": "api"}
-    assert got["metadata"]["annotations"]["n"] == "1"
-    table = kubectl(kubeconfig, "get", "pods", "-l", "app in (api)", "-o", "wide").stdout
-    assert "kc" in table and "Running" in table
-    names = kubectl(kubeconfig, "get", "pods", "-l", "app!=api", "-o", "name").stdout
-    assert "pod/kc" not in names
-    missing = kubectl(kubeconfig, "get", "pod", "nope", check=False)
-    assert 'Error from server (NotFound): pods "nope" not found' in missing.stderr
-    assert 'pod "kc" deleted' in kubectl(kubeconfig, "delete", "pod", "kc").stdout
-    assert server.pod("default", "kc") is None
-
-
-def test_kubectl_contexts_and_unauthorized(
-    kubeconfig: Path, tmp_path: Path, server: KubeServer
-) -> None:
-    since = server.last_seq()
-    nodes = kubectl(kubeconfig, "--context", "robot-ctx", "get", "nodes", "-o", "name").stdout
-    assert "node/gpu-1" in nodes
-    assert {c.call.user for c in server.calls(since=since)} == {
-        "system:serviceaccount:default:robot"
-    }
-    pods = kubectl(kubeconfig, "--context", "robot-ctx", "get", "pods", "-v=6").stderr
-    assert "/namespaces/kube-system/pods" in pods
-    denied = kubectl(kubeconfig, "--token", "wrong", "get", "pods", check=False)
-    assert denied.returncode != 0
-    assert "Unauthorized" in denied.stderr

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import errors, kinds, patches, tables
+from . import errors, kinds, patches, protobuf, tables
 from .cluster import Cluster
 from .kubelet_api import Kubelet
 from .resources import NAMESPACES, PODS, SERVICEACCOUNTS, Resource
@@ -54,6 +54,8 @@ async def read_body(request: web.Request) -> Any:
     raw = await request.read()
     if not raw:
         raise errors.bad_request("the request body is empty")
+    if raw.startswith(protobuf.MAGIC):
+        return protobuf.decode(raw)
     try:
         return json.loads(raw)
     except ValueError:

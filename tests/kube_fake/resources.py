@@ -85,7 +85,19 @@ RESOURCES = [
         "events",
         "Event",
         short_names=("ev",),
-        fields=("involvedObject.name", "involvedObject.kind", "reason", "type"),
+        fields=(
+            "involvedObject.name",
+            "involvedObject.namespace",
+            "involvedObject.kind",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ),
     ),
     Resource("resourcequotas", "ResourceQuota", short_names=("quota",), subresources=("status",)),
     Resource("roles", "Role", group=RBAC),
@@ -111,6 +123,7 @@ NAMESPACES = named("namespaces")
 EVENTS = named("events")
 QUOTAS = named("resourcequotas")
 SERVICEACCOUNTS = named("serviceaccounts")
+SERVICES = named("services")
 
 
 def _resource_entry(resource: Resource) -> dict[str, Any]:
@@ -123,7 +136,7 @@ def _resource_entry(resource: Resource) -> dict[str, Any]:
     }
     if resource.short_names:
         entry["shortNames"] = list(resource.short_names)
-    if resource.plural == "pods":
+    if resource.plural in ("pods", "services"):
         entry["categories"] = ["all"]
     return entry
 

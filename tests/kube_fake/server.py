@@ -14,17 +14,19 @@ nodes, evictions, faults, the call log). The aiohttp loop runs in a background t
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import copy
 import itertools
 import secrets
+import socket
 import tempfile
 import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -42,7 +44,7 @@ from .kubeconfig import (
 )
 from .kubelet_api import Kubelet
 from .openapi import group_version_document, openapi_v3_index
-from .resources import NAMESPACES, NODES, PODS
+from .resources import NAMESPACES, NODES, PODS, SERVICES
 from .routing import parse, verb
 from .scheduler import NodeSpec, node_object
 from .selectors import parse_labels
@@ -62,12 +64,17 @@ class KubeServer:
     def __init__(
         self,
         nodes: Sequence[NodeSpec] = DEFAULT_NODES,
-        kubelet: Kubelet | None = None,
+        kubelet: Kubelet | Callable[[KubeServer], Kubelet] | None = None,
         history_size: int = 20000,
     ) -> None:
+        # The port and the CA exist from the start, so a kubelet made before the server
+        # starts can be given the service environment and the serviceaccount files.
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind(("127.0.0.1", 0))
+        self.port: int = self._socket.getsockname()[1]
+        self.tls: Tls = make_tls()
         self.store = Store(history_size=history_size)
-        self.kubelet: Kubelet = kubelet or StandInKubelet()
-        self.cluster = Cluster(self.store, self.kubelet)
         self.faults = Faults()
         self.token = secrets.token_urlsafe(24)
         self._identities: dict[str, Identity] = {
@@ -79,13 +86,20 @@ class KubeServer:
         self._seq = itertools.count(1)
         self._lock = threading.Lock()
         self._tmp = tempfile.TemporaryDirectory(prefix="kube-fake-")
-        self.tls: Tls | None = None
-        self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._app: web.Application | None = None
+        self.kubelet: Kubelet = self._make_kubelet(kubelet)
+        self.cluster = Cluster(self.store, self.kubelet)
         self.api = Api(self.store, self.cluster, self.kubelet, self.mint_token)
+
+    def _make_kubelet(self, kubelet: Kubelet | Callable[[KubeServer], Kubelet] | None) -> Kubelet:
+        if kubelet is None:
+            return StandInKubelet()
+        if hasattr(kubelet, "run_pod"):
+            return cast(Kubelet, kubelet)
+        return cast(Callable[[KubeServer], Kubelet], kubelet)(self)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -96,9 +110,19 @@ class KubeServer:
         self.close()
 
     def start(self) -> KubeServer:
-        self.tls = make_tls()
         for name in SYSTEM_NAMESPACES:
             self.api.create_object(NAMESPACES, None, {"metadata": {"name": name}})
+        self.api.create_object(
+            SERVICES,
+            "default",
+            {
+                "metadata": {
+                    "name": "kubernetes",
+                    "labels": {"component": "apiserver", "provider": "kubernetes"},
+                },
+                "spec": {"ports": [{"name": "https", "port": 443, "targetPort": self.port}]},
+            },
+        )
         for spec in self._node_specs:
             self.add_node(spec)
         self.cluster.start()
@@ -136,12 +160,9 @@ class KubeServer:
             app, handle_signals=False, access_log=None, shutdown_timeout=1.0
         )
         await self._runner.setup()
-        assert self.tls is not None
         context = self.tls.server_context(Path(self._tmp.name))
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=context)
+        site = web.SockSite(self._runner, self._socket, ssl_context=context)
         await site.start()
-        server: Any = site._server
-        self.port = int(server.sockets[0].getsockname()[1])
 
     def close(self) -> None:
         loop = self._loop
@@ -154,6 +175,7 @@ class KubeServer:
             self._loop = None
         self.kubelet.close()
         self.cluster.close()
+        self._socket.close()
         self._tmp.cleanup()
 
     async def _shutdown(self) -> None:
@@ -170,7 +192,6 @@ class KubeServer:
 
     @property
     def ca_pem(self) -> bytes:
-        assert self.tls is not None, "start the server first"
         return self.tls.ca_pem
 
     @property
@@ -350,10 +371,51 @@ class KubeServer:
         `directory`, and return the environment of a pod: KUBERNETES_SERVICE_HOST/PORT."""
         token = self.mint_token(namespace, serviceaccount)
         write_incluster_files(Path(directory), token, self.ca_pem, namespace)
+        return self.service_env()
+
+    # -- what a kubelet needs (FakeKubelet(**server.kubelet_options())) ----------------
+
+    def service_env(self) -> dict[str, str]:
+        """The variables every container gets to find the API server."""
         return {
             "KUBERNETES_SERVICE_HOST": "127.0.0.1",
             "KUBERNETES_SERVICE_PORT": str(self.port),
             "KUBERNETES_SERVICE_PORT_HTTPS": str(self.port),
+            "KUBERNETES_PORT": f"tcp://127.0.0.1:{self.port}",
+        }
+
+    def service_account_file_contents(self, namespace: str, account: str) -> dict[str, bytes]:
+        """token (a new one), ca.crt and namespace, as mounted into a pod."""
+        token = self.mint_token(namespace, account)
+        return {"token": token.encode(), "ca.crt": self.ca_pem, "namespace": namespace.encode()}
+
+    def lookup(self, namespace: str, kind: str, name: str, key: str) -> str | None:
+        """A ConfigMap's or Secret's value (decoded) for env valueFrom references."""
+        plural = {"ConfigMap": "configmaps", "Secret": "secrets"}.get(kind)
+        obj = self.get(plural, name, namespace) if plural else None
+        if obj is None:
+            return None
+        if kind == "Secret":
+            value = (obj.get("data") or {}).get(key)
+            return None if value is None else base64.b64decode(value).decode()
+        found = (obj.get("data") or {}).get(key)
+        return None if found is None else str(found)
+
+    def node_ip(self, node_name: str) -> str:
+        node = self.get("nodes", node_name)
+        for address in ((node or {}).get("status") or {}).get("addresses") or []:
+            if address.get("type") == "InternalIP":
+                return str(address["address"])
+        return "127.17.0.1"
+
+    def kubelet_options(self) -> dict[str, Any]:
+        """The keyword arguments of tests/kube_fake/kubelet.py's FakeKubelet that wire it to
+        this server: KubeServer(kubelet=lambda s: FakeKubelet(**s.kubelet_options()))."""
+        return {
+            "service_account_files": self.service_account_file_contents,
+            "service_env": self.service_env(),
+            "lookup": self.lookup,
+            "host_ip": self.node_ip,
         }
 
     # -- helpers for tests -------------------------------------------------------------

@@ -131,6 +131,20 @@ COLUMNS: dict[str, list[Column]] = {
         ("Age", "string", 0, _age),
     ],
 }
+COLUMNS["Event"] = [
+    ("Last Seen", "string", 0, lambda e: age(e.get("lastTimestamp"))),
+    ("Type", "string", 0, lambda e: e.get("type", "")),
+    ("Reason", "string", 0, lambda e: e.get("reason", "")),
+    (
+        "Object",
+        "string",
+        0,
+        lambda e: (
+            f"{e['involvedObject'].get('kind', '').lower()}/{e['involvedObject'].get('name', '')}"
+        ),
+    ),
+    ("Message", "string", 0, lambda e: e.get("message", "")),
+]
 DEFAULT: list[Column] = [("Name", "string", 0, _name), ("Age", "string", 0, _age)]
 
 

@@ -616,3 +616,57 @@ def test_list_of_many_pods_is_fast(server: KubeServer, core: Any) -> None:
     print(f"list of 1000 pods: {elapsed * 1000:.0f} ms")
     assert elapsed < 5
     core.delete_namespace(name)
+
+
+def test_node_removal_eviction_binding_and_tokens(
+    core: Any, ns: str, server: KubeServer, kubelet: StubKubelet
+) -> None:
+    server.add_node(NodeSpec("spot-1", cpu="2", labels={"pool": "spot"}))
+    core.create_namespaced_pod(ns, pod_body("on-spot", nodeSelector={"pool": "spot"}))
+    assert server.wait_for(lambda: server.pod(ns, "on-spot")["spec"].get("nodeName")) == "spot-1"
+    server.remove_node("spot-1")  # a preemption: the node and its pods are gone
+    assert server.pod(ns, "on-spot") is None
+    assert "spot-1" not in {n["metadata"]["name"] for n in server.nodes()}
+
+    core.create_namespaced_pod(ns, pod_body("evicted"))
+    server.wait_for(lambda: server.pod(ns, "evicted")["status"]["phase"] == "Running")
+    core.create_namespaced_pod_eviction(
+        "evicted",
+        ns,
+        {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "evicted"}},
+    )
+    server.wait_for(lambda: server.pod(ns, "evicted") is None)
+
+    custom = pod_body("manual", schedulerName="my-scheduler")
+    core.create_namespaced_pod(ns, custom)
+    core.create_namespaced_pod_binding(
+        "manual",
+        ns,
+        {"metadata": {"name": "manual"}, "target": {"kind": "Node", "name": "node-b"}},
+        _preload_content=False,
+    )
+    assert server.wait_for(lambda: server.pod(ns, "manual")["status"]["phase"] == "Running")
+    assert server.pod(ns, "manual")["spec"]["nodeName"] == "node-b"
+
+    core.create_namespaced_service_account(ns, {"metadata": {"name": "bot"}})
+    answer = core.create_namespaced_service_account_token("bot", ns, {"spec": {"audiences": ["x"]}})
+    identity = server.identity(answer.status.token)
+    assert identity is not None and identity.user == f"system:serviceaccount:{ns}:bot"
+
+
+def test_list_then_watch_from_its_resource_version_misses_nothing(core: Any, ns: str) -> None:
+    listed = core.list_namespaced_pod(ns)
+    for i in range(3):
+        core.create_namespaced_pod(ns, pod_body(f"late-{i}"))
+    names = []
+    for event in watch.Watch().stream(
+        core.list_namespaced_pod,
+        ns,
+        resource_version=listed.metadata.resource_version,
+        timeout_seconds=5,
+    ):
+        if event["type"] == "ADDED":
+            names.append(event["object"].metadata.name)
+        if len(names) == 3:
+            break
+    assert names == ["late-0", "late-1", "late-2"]

@@ -236,3 +236,19 @@ def test_in_cluster_config_inside_a_pod(live: tuple[KubeServer, Path]) -> None:
     assert "system:serviceaccount:default:default" in users
     kubectl(config, "delete", "pod", "inside", "--grace-period=0", "--force")
     assert server.pod("default", "inside") is None
+
+
+def test_kubectl_server_dry_run_changes_nothing(
+    kubeconfig: Path, tmp_path: Path, server: KubeServer
+) -> None:
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(POD_YAML.replace("name: kc", "name: dry"))
+    done = kubectl(kubeconfig, "apply", "--dry-run=server", "-f", str(manifest))
+    assert "pod/dry created (server dry run)" in done.stdout
+    assert server.pod("default", "dry") is None
+    kubectl(kubeconfig, "create", "-f", str(manifest))
+    kubectl(kubeconfig, "delete", "pod", "dry", "--dry-run=server")
+    kubectl(kubeconfig, "label", "pod", "dry", "x=y", "--dry-run=server")
+    pod = server.pod("default", "dry")
+    assert pod is not None and "x" not in pod["metadata"]["labels"]
+    kubectl(kubeconfig, "delete", "pod", "dry")

@@ -239,11 +239,14 @@ class Api:
         if target.name:
             raise errors.ApiError(405, "MethodNotAllowed", "POST to a named object")
         body = await read_body(request)
-        obj = self.create_object(target.resource, target.namespace, body)
+        obj = self.create_object(target.resource, target.namespace, body, _dry_run(request))
         return respond(obj, 201)
 
-    def create_object(self, resource: Resource, namespace: str | None, body: Any) -> Obj:
-        """Validate, default and store a new object (also used by the server's helpers)."""
+    def create_object(
+        self, resource: Resource, namespace: str | None, body: Any, dry_run: bool = False
+    ) -> Obj:
+        """Validate, default and store a new object (also used by the server's helpers);
+        `dry_run`: all but the storing (the answer has no uid nor resourceVersion)."""
         if not isinstance(body, dict):
             raise errors.bad_request("the body must be an object")
         body = copy.deepcopy(body)
@@ -273,6 +276,10 @@ class Api:
             kinds.validate(resource, body)
         if resource is PODS:
             self._admit_pod(body)
+        if dry_run:
+            body["kind"], body["apiVersion"] = resource.kind, resource.api_version
+            meta.setdefault("name", meta.get("generateName", "") + "dryrun")
+            return body
         obj = self.store.create(resource, body)
         self._after_create(resource, obj)
         return obj
@@ -311,9 +318,11 @@ class Api:
                 f"({target.name})"
             )
         expect = (body.get("metadata") or {}).get("resourceVersion") or None
-        return respond(self._store_update(target, body, expect))
+        return respond(self._store_update(target, body, expect, _dry_run(request)))
 
-    def _store_update(self, target: Target, new: Obj, expect: str | None) -> Obj:
+    def _store_update(
+        self, target: Target, new: Obj, expect: str | None, dry_run: bool = False
+    ) -> Obj:
         assert target.name
         with self.store.lock:
             old = self.store.get(target.resource, target.namespace or "", target.name)
@@ -322,6 +331,8 @@ class Api:
             new = kinds.prepare_update(target.resource, old, copy.deepcopy(new), target.subresource)
             if target.namespace:
                 new["metadata"]["namespace"] = target.namespace
+            if dry_run:
+                return new
             stored = self.store.replace(target.resource, new)
         if target.resource is PODS:
             self.cluster.kick()
@@ -345,7 +356,7 @@ class Api:
             old = self.store.get(target.resource, target.namespace or "", target.name)
             patched = patches.apply_patch(copy.deepcopy(old), content_type, body)
             expect = (patched.get("metadata") or {}).get("resourceVersion")
-            return respond(self._store_update(target, patched, expect))
+            return respond(self._store_update(target, patched, expect, _dry_run(request)))
 
     async def delete(self, request: web.Request, target: Target) -> web.StreamResponse:
         assert target.name
@@ -355,6 +366,8 @@ class Api:
         for field in ("uid", "resourceVersion"):
             if preconditions.get(field) and preconditions[field] != obj["metadata"].get(field):
                 raise errors.conflict(target.resource.group, target.resource.plural, target.name)
+        if _dry_run(request) or options.get("dryRun"):
+            return respond(obj)
         result, gone = self.delete_object(
             target.resource, target.namespace or "", target.name, options.get("gracePeriodSeconds")
         )
@@ -481,6 +494,11 @@ class Api:
             },
             201,
         )
+
+
+def _dry_run(request: web.Request) -> bool:
+    """Whether the request asks for a dry run (dryRun=All): checked, answered, not done."""
+    return bool(request.query.getall("dryRun", []))
 
 
 def _mark_deleted(obj: Obj) -> None:

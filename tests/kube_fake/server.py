@@ -99,7 +99,7 @@ class KubeServer:
             return StandInKubelet()
         if hasattr(kubelet, "run_pod"):
             return cast(Kubelet, kubelet)
-        return cast(Callable[[KubeServer], Kubelet], kubelet)(self)
+        return kubelet(self)
 
     # -- lifecycle ---------------------------------------------------------------------
 

@@ -249,7 +249,9 @@ class Api:
         `dry_run`: all but the storing (the answer has no uid nor resourceVersion)."""
         if not isinstance(body, dict):
             raise errors.bad_request("the body must be an object")
-        body = copy.deepcopy(body)
+        return self._create(resource, namespace, copy.deepcopy(body), dry_run)
+
+    def _create(self, resource: Resource, namespace: str | None, body: Obj, dry_run: bool) -> Obj:
         meta = body.setdefault("metadata", {})
         if resource.namespaced:
             assert namespace is not None

@@ -115,10 +115,16 @@ class Cluster:
         self.kubelet.bind(self)
         self._thread.start()
 
-    def close(self) -> None:
+    def stop_scheduling(self) -> None:
+        """Stop the scheduler (no pod is given to the kubelet after this returns)."""
         self._closed.set()
         self._wake.set()
-        self._thread.join(timeout=10)
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def close(self) -> None:
+        """Stop the scheduler and wait for the deletions under way."""
+        self.stop_scheduling()
         self._workers.shutdown(wait=True, cancel_futures=False)
 
     def kick(self) -> None:

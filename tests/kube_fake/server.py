@@ -1,14 +1,32 @@
 """KubeServer: a fake Kubernetes API server at the wire level, for the tests.
 
-It serves HTTPS on 127.0.0.1 (a random free port, a CA made at start) with bearer tokens,
-the discovery documents kubectl needs, the REST verbs of `api.py` over `store.py`, watches,
-a scheduler over simulated nodes (`scheduler.py`, `cluster.py`) and, through the `Kubelet`
-of `kubelet_api.py`, pods that run. Tests reach into it through the helpers below (pods,
-nodes, evictions, faults, the call log). The aiohttp loop runs in a background thread.
+It serves HTTPS on 127.0.0.1 (a free port and a CA chosen when it is made) with bearer
+tokens, the discovery documents and OpenAPI v3 stubs kubectl needs, the REST verbs of
+`api.py` over `store.py`, watches, a scheduler over simulated nodes (`scheduler.py`,
+`cluster.py`) and, through the `Kubelet` of `kubelet_api.py`, pods that run. The aiohttp
+loop runs in a background thread; every helper below is thread-safe.
 
-    with KubeServer(nodes=[NodeSpec("n1", cpu="4")]) as server:
-        server.write_kubeconfig(tmp / "config")
-        ...
+    with KubeServer(nodes=[NodeSpec("n1", cpu="4", extra={"nvidia.com/gpu": "1"})]) as server:
+        server.write_kubeconfig(tmp / "config")        # admin context "kube-fake"
+        ...                                            # kubernetes client or kubectl
+
+    # pods as real processes (root): the fake kubelet wired to this server
+    KubeServer(kubelet=lambda s: FakeKubelet(**s.kubelet_options()))
+
+Clients: `url`, `token` (admin), `ca_pem`/`ca_file`, `kubeconfig()`/`write_kubeconfig(path,
+context=, namespace=, extra=[KubeContext(name, token, namespace)])`, `mint_token(namespace,
+serviceaccount)`, `serviceaccount_files(directory, namespace, serviceaccount)` (token,
+ca.crt, namespace; returns the KUBERNETES_SERVICE_* environment), `identity(token)`.
+State: `pods(namespace, labels)`, `pod(ns, name)`, `get(plural, name, namespace, group)`,
+`create(plural, obj, namespace, group)`, `nodes()`, `add_node(NodeSpec)`,
+`remove_node(name)` (a preemption: its pods are killed and deleted), `set_node_capacity(name,
+cpu=, memory=, extra=)`, `cordon(name)`, `evict(ns, name)` (graceful), `delete_pod_now(ns,
+name)` (forced, gone on return), `set_pod_status(ns, name, status)`, `compact()` (watches
+from older versions get 410), `wait_for(predicate, timeout)`; `store` and `cluster` below.
+Calls and faults: `calls(verb, resource, since)` (Logged: call.verb/resource/subresource/
+namespace/name/query/user, status, injected), `count(...)`, `last_seq()`, `clear_calls()`,
+`faults.fail(verb, resource, code, times=1)`, `faults.delay(verb, resource, seconds)`,
+`faults.add(...)` (see faults.py).
 """
 
 from __future__ import annotations
@@ -173,6 +191,7 @@ class KubeServer:
             loop.call_soon_threadsafe(loop.stop)
             self._thread.join(timeout=15)
             self._loop = None
+        self.cluster.stop_scheduling()
         self.kubelet.close()
         self.cluster.close()
         self._socket.close()

@@ -8,14 +8,19 @@ Root only (namespaces, mounts); loopback addresses only.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import functools
 import hashlib
 import io
 import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tarfile
+import tempfile
 import threading
 import time
 import urllib.request
@@ -24,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
+from aiohttp import ClientSession, WSMsgType, web
 
 from tests.kube_fake.kubelet import FakeKubelet
 from tests.kube_fake.kubelet_api import Pod
@@ -41,6 +46,48 @@ pytestmark = pytest.mark.skipif(
 NS = "default"
 SA_FILES = {"token": b"fake-token", "ca.crt": b"fake-ca", "namespace": NS.encode()}
 SLEEPER = ["/bin/bash", "-c", "--", "trap : TERM INT; sleep infinity & wait;"]
+
+API_VERSIONS = {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+API_GROUPS = {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
+API_RESOURCES = {
+    "kind": "APIResourceList",
+    "groupVersion": "v1",
+    "resources": [
+        {
+            "name": "pods",
+            "singularName": "pod",
+            "namespaced": True,
+            "kind": "Pod",
+            "verbs": ["get"],
+            "shortNames": ["po"],
+        },
+        {
+            "name": "pods/exec",
+            "singularName": "",
+            "namespaced": True,
+            "kind": "PodExecOptions",
+            "verbs": ["create", "get"],
+        },
+        {
+            "name": "pods/log",
+            "singularName": "",
+            "namespaced": True,
+            "kind": "Pod",
+            "verbs": ["get"],
+        },
+        {
+            "name": "pods/portforward",
+            "singularName": "",
+            "namespaced": True,
+            "kind": "PodPortForwardOptions",
+            "verbs": ["create", "get"],
+        },
+    ],
+}
+
+
+async def _answer(body: dict[str, Any], request: web.Request) -> web.Response:
+    return web.json_response(body)
 
 
 def wait_for(check: Callable[[], Any], timeout: float = 20, what: str = "condition") -> Any:
@@ -86,6 +133,7 @@ class Cluster:
         )
         self.kubelet.bind(self.sink)
         self.pods: dict[str, Pod] = {}
+        self.closing: list[Path] = []
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -98,11 +146,31 @@ class Cluster:
         app = web.Application()
         path = "/api/v1/namespaces/{ns}/pods/{name}/{sub:exec|attach|portforward|log}"
         app.router.add_route("*", path, self._route)
+        # Just enough of the API for kubectl to find a pod.
+        for route, body in (
+            ("/api", API_VERSIONS),
+            ("/apis", API_GROUPS),
+            ("/api/v1", API_RESOURCES),
+        ):
+            app.router.add_get(route, functools.partial(_answer, body))
+        app.router.add_get("/api/v1/namespaces/{ns}/pods/{name}", self._get_pod)
         self.runner = web.AppRunner(app)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
         return int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+
+    async def _get_pod(self, request: web.Request) -> web.Response:
+        pod = self.pods.get(request.match_info["name"])
+        if pod is None:
+            return web.json_response({"kind": "Status", "code": 404}, status=404)
+        body = {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            **pod,
+            "status": self.sink.status(pod["metadata"]["name"]),
+        }
+        return web.json_response(body)
 
     async def _route(self, request: web.Request) -> web.StreamResponse:
         pod = self.pods.get(request.match_info["name"])
@@ -149,7 +217,40 @@ class Cluster:
         out, err = client.read_stdout() or "", client.read_stderr() or ""
         return client.returncode, out, err
 
+    def kubectl(self, *args: str, **options: Any) -> subprocess.CompletedProcess[bytes]:
+        """Run the real kubectl against the stub server."""
+        config = self.kubeconfig()
+        env = {**os.environ, "KUBECONFIG": str(config)}
+        command = ["kubectl", *args]
+        return subprocess.run(
+            command, check=False, env=env, capture_output=True, timeout=60, **options
+        )
+
+    def kubeconfig(self) -> Path:
+        path = Path(tempfile.gettempdir()) / f"kubelet-test-kubeconfig-{os.getpid()}"
+        if not path.exists():
+            path.write_text(
+                json.dumps(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Config",
+                        "clusters": [
+                            {"name": "c", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}
+                        ],
+                        "users": [{"name": "u", "user": {"token": "t"}}],
+                        "contexts": [
+                            {"name": "x", "context": {"cluster": "c", "user": "u", "namespace": NS}}
+                        ],
+                        "current-context": "x",
+                    }
+                )
+            )
+            self.closing.append(path)
+        return path
+
     def close(self) -> None:
+        for path in self.closing:
+            path.unlink(missing_ok=True)
         with contextlib.suppress(Exception):
             for name in list(self.pods):
                 self.stop(name, 0)
@@ -255,16 +356,24 @@ def test_exec_environment_and_files(pods: Cluster) -> None:
 
 
 def _exec_binary(pods: Cluster, name: str, command: list[str], data: bytes) -> tuple[int, bytes]:
+    """Run `command` with `data` as its stdin (written from a thread, as a command may write
+    before it has read everything), returning its exit code and stdout."""
     client = pods.exec(name, command, stdin=True, binary=True)
-    view = memoryview(data)
-    for start in range(0, len(data), 1 << 20):
-        client.write_stdin(bytes(view[start : start + (1 << 20)]))
-    client.close_channel(0)
+
+    def write() -> None:
+        view = memoryview(data)
+        for start in range(0, len(data), 1 << 20):
+            client.write_stdin(bytes(view[start : start + (1 << 20)]))
+        client.close_channel(0)
+
+    writer = threading.Thread(target=write)
+    writer.start()
     out = io.BytesIO()
     while client.is_open():
         client.update(timeout=5)
         out.write(client.read_stdout() or b"")
     out.write(client.read_stdout() or b"")
+    writer.join(30)
     return client.returncode, out.getvalue()
 
 
@@ -307,6 +416,71 @@ def test_exec_tty_and_resize(pods: Cluster) -> None:
     output = client.read_stdout()
     assert "43 132" in output and "got hello" in output
     assert client.returncode == 0
+
+
+def test_exec_older_protocols(pods: Cluster) -> None:
+    """v4 (no CLOSE channel: stdin ends with the connection is not testable, so no stdin)
+    and base64.channel.k8s.io (text messages, channel digit, base64 data; error channel as
+    plain text before v4), with a plain websocket client."""
+    pods.running("p-proto")
+    url = f"http://127.0.0.1:{pods.port}/api/v1/namespaces/{NS}/pods/p-proto/exec"
+    query = [
+        ("command", "sh"),
+        ("command", "-c"),
+        ("command", "printf 'a\\0b'; exit 2"),
+        ("stdout", "true"),
+    ]
+
+    async def talk(protocol: str) -> list[tuple[int, bytes]]:
+        got = []
+        async with (
+            ClientSession() as session,
+            session.ws_connect(url, params=query, protocols=[protocol]) as ws,
+        ):
+            assert ws.protocol == protocol
+            async for message in ws:
+                if message.type == WSMsgType.BINARY:
+                    got.append((message.data[0], message.data[1:]))
+                elif message.type == WSMsgType.TEXT:
+                    got.append(
+                        (ord(message.data[0]) - ord("0"), base64.b64decode(message.data[1:]))
+                    )
+        return [(channel, data) for channel, data in got if data]
+
+    got = asyncio.run(talk("v4.channel.k8s.io"))
+    assert got[0] == (1, b"a\0b")
+    assert json.loads(got[1][1])["details"]["causes"] == [{"reason": "ExitCode", "message": "2"}]
+    got = asyncio.run(talk("base64.channel.k8s.io"))
+    assert got[0] == (1, b"a\0b")
+    assert got[1][0] == 3 and b"exit code" in got[1][1]
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
+def test_kubectl_exec_cp_logs(pods: Cluster, tmp_path: Path) -> None:
+    """kubectl 1.32 speaks v5.channel.k8s.io over a websocket for exec and cp."""
+    pods.running("p-kubectl", ["sh", "-c", "echo from-main; exec sleep infinity"])
+    result = pods.kubectl("exec", "p-kubectl", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+    assert (result.returncode, result.stdout, result.stderr) == (
+        7,
+        b"out\n",
+        b"err\ncommand terminated with exit code 7\n",
+    )
+    result = pods.kubectl("exec", "-i", "p-kubectl", "--", "wc", "-c", input=b"x" * 100000)
+    assert (result.returncode, result.stdout) == (0, b"100000\n")
+    source = tmp_path / "tree"
+    (source / "sub").mkdir(parents=True)
+    (source / "sub" / "data.bin").write_bytes(bytes(range(256)) * 1000)
+    assert pods.kubectl("cp", str(source), "p-kubectl:/tmp/tree").returncode == 0
+    result = pods.kubectl("exec", "p-kubectl", "--", "sha256sum", "/tmp/tree/sub/data.bin")
+    assert result.stdout.split()[0].decode() == hashlib.sha256(bytes(range(256)) * 1000).hexdigest()
+    back = tmp_path / "back"
+    assert pods.kubectl("cp", "p-kubectl:/tmp/tree", str(back)).returncode == 0
+    assert (back / "sub" / "data.bin").read_bytes() == bytes(range(256)) * 1000
+    result = pods.kubectl("logs", "p-kubectl")
+    assert (result.returncode, result.stdout) == (0, b"from-main\n")
+    # Port-forward tunnels SPDY in its websocket, which this kubelet does not speak.
+    result = pods.kubectl("exec", "p-kubectl", "-c", "nope", "--", "true")
+    assert result.returncode == 1 and b"nope" in result.stderr
 
 
 # -- isolation and lifecycle -------------------------------------------------------------
@@ -421,26 +595,92 @@ def test_pod_ip_and_portforward(pods: Cluster) -> None:
 
 
 def test_logs(pods: Cluster) -> None:
-    script = "for i in 1 2 3; do echo line $i; done; echo err >&2; read x"
-    pods.running("p-log", ["sh", "-c", script])
+    script = (
+        "for i in 1 2 3; do echo line $i; done; echo err >&2; "
+        "while [ ! -e /tmp/go ]; do sleep 0.01; done; echo after"
+    )
+    pods.running("p-log", ["sh", "-c", script], restartPolicy="Never")
     get = pods.api.read_namespaced_pod_log
     wait_for(lambda: "err" in get("p-log", NS), what="log lines")
     assert get("p-log", NS) == "line 1\nline 2\nline 3\nerr\n"
     assert get("p-log", NS, tail_lines=2) == "line 3\nerr\n"
-    # follow: streams until the container ends.
+    assert get("p-log", NS, limit_bytes=3) == "lin"
+    # follow: what is there, then what comes, until the container ends.
+    response: Any = get("p-log", NS, follow=True, _preload_content=False)
+    assert response.read(7) == b"line 1\n"
+    assert pods.run_command("p-log", "touch /tmp/go")[0] == 0
+    assert response.read() == b"line 2\nline 3\nerr\nafter\n"
+    wait_for(lambda: pods.sink.status("p-log").get("phase") == "Succeeded", what="Succeeded")
     response = get("p-log", NS, follow=True, _preload_content=False)
-    first = response.read(7)
-    assert first == b"line 1\n"
-    run = pods.kubelet.pod_run(pods.pods["p-log"])
-    assert run is not None
-    pods.stop("p-log", grace=0)
-    rest = response.read()
-    assert rest == b"line 2\nline 3\nerr\n"
+    assert response.read() == b"line 1\nline 2\nline 3\nerr\nafter\n"
 
 
-def test_no_stale_pod_directories(cluster: Cluster) -> None:
-    """Run last in this module: the pods made above are stopped; their directories stay
-    until the kubelet closes."""
-    mine = [p for p in PODS_DIR.iterdir() if p.name != "ips"] if PODS_DIR.exists() else []
-    for root in mine:
-        assert (root / "owner").exists()
+def test_close_removes_pods(tmp_path: Path) -> None:
+    kubelet = FakeKubelet()
+    sink = Sink()
+    kubelet.bind(sink)
+    pod = {
+        "metadata": {"name": "p-close"},
+        "spec": {"containers": [{"name": "c", "command": SLEEPER}]},
+    }
+    kubelet.run_pod(pod, "node-1")
+    wait_for(lambda: sink.status("p-close").get("phase") == "Running", what="Running")
+    root, ip = kubelet.pod_dir(pod), kubelet.pod_ip(pod)
+    assert root is not None and root.is_dir() and ip is not None
+    kubelet.close()
+    assert not root.exists()
+    assert not (PODS_DIR / "ips" / ip).exists()
+    assert sink.status("p-close")["phase"] == "Failed"  # bash ended by SIGTERM: 143
+
+
+CRASHER = """
+import sys, time
+sys.path.insert(0, {repo!r})
+from tests.kube_fake.kubelet import FakeKubelet
+class Sink:
+    def update_status(self, namespace, name, status):
+        if status["phase"] == "Running":
+            print(status["podIP"], flush=True)
+kubelet = FakeKubelet()
+kubelet.bind(Sink())
+kubelet.run_pod({{"metadata": {{"name": "crash"}}, "spec": {{"containers": [
+    {{"name": "c", "command": ["sh", "-c", "setsid sleep 3456 & exec sleep infinity"]}}]}}}}, "n")
+time.sleep(600)
+"""
+
+
+def test_killed_test_process_leaves_nothing() -> None:
+    """A test process that dies (SIGKILL) takes its pods' processes with it; its pod
+    directory and address are swept by the next kubelet."""
+    repo = str(Path(__file__).resolve().parent.parent)
+    crasher = subprocess.Popen(
+        [sys.executable, "-c", CRASHER.format(repo=repo)], stdout=subprocess.PIPE
+    )
+    assert crasher.stdout is not None
+    try:
+        ip = crasher.stdout.readline().decode().strip()
+        assert ip.startswith("127.18."), ip
+        roots = [
+            p
+            for p in PODS_DIR.glob("default.crash-*")
+            if (p / "owner").read_text().startswith(f"{crasher.pid} ")
+        ]
+        assert len(roots) == 1
+        wait_for(lambda: _sleepers("sleep 3456"), what="the pod's daemon")
+    finally:
+        crasher.kill()
+        crasher.wait()
+    wait_for(lambda: not _sleepers("sleep 3456"), what="the pod's processes to die")
+    FakeKubelet().close()  # a new kubelet sweeps what the dead one left
+    assert not roots[0].exists()
+    assert not (PODS_DIR / "ips" / ip).exists()
+
+
+def _sleepers(args: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (entry / "cmdline").read_bytes().replace(b"\0", b" ").strip() == args.encode():
+                    found.append(int(entry.name))
+    return found

@@ -35,7 +35,13 @@ from tests.kube_fake.channels import EXEC_PROTOCOLS, Channels, new_websocket, st
 from tests.kube_fake.exec_session import ExecRequest, Session, nsenter_argv
 from tests.kube_fake.kubelet_api import Pod, PodStatusSink
 from tests.kube_fake.pod_env import ObjectKeyLookup
-from tests.kube_fake.pod_runtime import ContainerRun, IpPool, PodRun, RuntimeOptions
+from tests.kube_fake.pod_runtime import (
+    ContainerRun,
+    IpPool,
+    PodRun,
+    RuntimeOptions,
+    sweep_stale,
+)
 
 LOG_POLL_S = 0.05
 
@@ -75,11 +81,15 @@ class FakeKubelet:
         )
         if host_ip is not None:
             self.options.host_ip = host_ip
+        sweep_stale()
         self._sink: PodStatusSink | None = None
         self._pool = IpPool()
         self._lock = threading.Lock()
         self._pods: dict[str, PodRun] = {}
         self._stopped: list[PodRun] = []
+        # Exec sessions whose output stayed open after their command ended (see
+        # exec_session.DRAIN_S): a real kubelet would have hung there.
+        self.undrained: list[str] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -190,7 +200,13 @@ class FakeKubelet:
             message = f"container {target.name} is not running ({target.state})"
             return status_response(400, "BadRequest", message)
         await ws.prepare(request)
-        session = Session(Channels(ws), wanted, nsenter_argv(pid, command), target.env)
+        session = Session(
+            Channels(ws),
+            wanted,
+            nsenter_argv(pid, command),
+            target.env,
+            on_undrained=lambda what: self.undrained.append(f"{_key(pod)}: {what}"),
+        )
         await session.run()
         return ws
 

@@ -24,7 +24,7 @@ ObjectKeyLookup = Callable[[str, str, str, str], str | None]
 VENV_BIN = str(Path(sys.executable).parent)
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-_SUFFIXES = {
+_SUFFIXES: dict[str, Fraction | int] = {
     "Ki": 2**10,
     "Mi": 2**20,
     "Gi": 2**30,

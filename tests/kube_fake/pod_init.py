@@ -66,11 +66,11 @@ def main(argv: list[str]) -> int:
         except InterruptedError:
             continue
     if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        if number != signal.SIGKILL:
-            signal.signal(number, signal.SIG_DFL)
-        os.kill(os.getpid(), number)
-        return 128 + number  # a signal that does not kill (not expected)
+        killer = os.WTERMSIG(status)
+        if killer != signal.SIGKILL:
+            signal.signal(killer, signal.SIG_DFL)
+        os.kill(os.getpid(), killer)
+        return 128 + killer  # a signal that does not kill (not expected)
     return os.waitstatus_to_exitcode(status)
 
 

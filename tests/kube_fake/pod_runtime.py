@@ -41,7 +41,7 @@ from tests.ssh_hosts import _alive, _identity, _kept_under_root, _wait_gone
 Pod = dict[str, Any]
 Report = Callable[[dict[str, Any]], None]
 PODS_DIR = Path("/var/tmp/launcher-test-pods")  # not under /tmp: each pod has its own /tmp
-POD_NETWORK = ipaddress.ip_network("127.18.0.0/16")
+POD_NETWORK = ipaddress.IPv4Network("127.18.0.0/16")
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 POD_INIT = str(Path(__file__).with_name("pod_init.py"))
 SHM_SIZE = "2g"
@@ -508,13 +508,18 @@ def _remove(root: Path) -> None:
 
 
 def sweep_stale() -> None:
-    """Delete pod directories whose test process is gone (a crashed run), first killing
-    any container helper still running from them (its container's PID 1 dies with it, and
-    the kernel kills the rest of that PID namespace)."""
+    """Delete pod directories and address reservations whose test process is gone (a
+    crashed run), first killing any container helper still running from them (its
+    container's PID 1 dies with it, and the kernel kills the rest of that PID namespace)."""
     if not PODS_DIR.is_dir():
         return
+    for path in (PODS_DIR / "ips").glob("*"):
+        with contextlib.suppress(OSError):
+            owner = path.read_text()
+            if owner and not _alive(owner):
+                path.unlink()
     for root in PODS_DIR.iterdir():
-        if root.name == "ips":
+        if root.name == "ips" or not root.is_dir():
             continue
         with contextlib.suppress(OSError):
             owner = (root / "owner").read_text()

@@ -75,7 +75,9 @@ async def serve(request: web.Request, ip: str, pod_name: str) -> web.StreamRespo
     inbound = asyncio.ensure_future(_inbound(channels, writers))
     try:
         if pumps:
-            await asyncio.wait([inbound, asyncio.gather(*pumps)], return_when="FIRST_COMPLETED")
+            every = asyncio.ensure_future(_all(pumps))
+            await asyncio.wait([inbound, every], return_when=asyncio.FIRST_COMPLETED)
+            every.cancel()
     finally:
         for task in [inbound, *pumps]:
             task.cancel()
@@ -84,6 +86,10 @@ async def serve(request: web.Request, ip: str, pod_name: str) -> web.StreamRespo
         with contextlib.suppress(ConnectionError, RuntimeError):
             await channels.close()
     return ws
+
+
+async def _all(tasks: list[asyncio.Task[None]]) -> None:
+    await asyncio.gather(*tasks)
 
 
 async def _pump(reader: asyncio.StreamReader, channels: Channels, channel: int) -> None:

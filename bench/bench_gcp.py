@@ -1,7 +1,7 @@
 """Our GCE provider against Ray's (`GCPNodeProvider`), both against the same fake GCE
 (tests/gce_fake.py's GceServer on 127.0.0.1) in one run: wall time and Compute API calls (by
 method, from the fake's call log) to launch N workers until each is RUNNING, list them, run
-what an autoscaler tick asks of the provider, set labels on one node, and terminate them all
+a minute of autoscaler ticks with nothing to change, set labels on one node, and terminate them all
 until a listing shows none.
 
     .venv/bin/python bench/bench_gcp.py [--repeat 3] [--workers 1,10,50]
@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from launcher.autoscaler.daemon import Daemon  # noqa: E402
 from launcher.config.loader import Overrides, parse_config  # noqa: E402
 from launcher.providers.base import TAG_STATUS, NodeKind, NodeState  # noqa: E402
 from launcher.providers.factory import make_provider  # noqa: E402
@@ -56,6 +57,8 @@ from tests.gce_fake import PROJECT, GceServer  # noqa: E402
 CLUSTER = "bench-gcp"
 ZONE = "us-west1-b"
 LISTINGS = 10  # listings in a row, with N running
+TICKS_OURS = 60  # an idle minute of ticks: our daemon ticks every 1 s
+TICKS_RAY = 12  # Ray's autoscaler every 5 s (AUTOSCALER_UPDATE_INTERVAL_S)
 POLL_S = 0.02  # how often the script lists while it waits for RUNNING or gone
 WAIT_S = 120.0  # at most, for RUNNING or gone
 IMAGE = "projects/debian-cloud/global/images/family/debian-12"
@@ -122,6 +125,7 @@ class Ours:
         if self._home is None:
             self._home = tempfile.TemporaryDirectory(prefix="bench-gcp-home-")
             os.environ["LAUNCHER_HOME"] = self._home.name  # the SSH key bootstrap makes
+            os.environ["HOME"] = self._home.name  # the daemon's state file (~/.launcher/head)
         config = node_config()
         config.pop("metadata")  # ours puts its own key in ssh-keys
         text = f"""
@@ -162,10 +166,18 @@ head_node_type: head
         return [n.id for n in self.provider.nodes() if n.kind is NodeKind.WORKER]
 
     def tick(self) -> None:
-        """What the daemon's tick asks of the provider when nothing changes: one nodes(),
-        then ray_address(head) (no call); stop_nodes / create_nodes only on decisions."""
-        listed = self.provider.nodes()
-        assert listed is not None
+        """A minute of the real daemon (launcher/autoscaler/daemon.py) with nothing to change:
+        60 ticks at its 1 s interval on a clock that moves 1 s per tick (no head here, so
+        no Ray demand: it keeps what is there). Its listing is read when 5 s old."""
+        clock = _Clock()
+        daemon = Daemon(self.provider, self.provider.config, clock=clock)
+        try:
+            for _ in range(TICKS_OURS):
+                daemon.tick()
+                clock.now += 60.0 / TICKS_OURS
+        finally:
+            daemon.executor.shutdown()
+        expect("ours: the daemon listed more than 12 times", daemon.listing.reads <= 12)
 
     def label_one(self, node_id: str) -> None:
         self.provider.set_tags(node_id, {TAG_STATUS: "up-to-date"})
@@ -177,6 +189,14 @@ head_node_type: head
         if self._home is not None:
             self._home.cleanup()
             self._home = None
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 class Ray:
@@ -238,22 +258,24 @@ class Ray:
         return list(self._provider.non_terminated_nodes({}))
 
     def tick(self) -> None:
-        """The provider calls of one StandardAutoscaler update (Ray's v1 autoscaler, in
-        ray/autoscaler/_private/autoscaler.py) when nothing changes: NonTerminatedNodes lists
-        once and reads each node's tags (its kind); the config and update checks read each
+        """A minute of Ray's autoscaler with nothing to change: 12 StandardAutoscaler updates
+        (its 5 s interval), each making the provider calls of one update (Ray's v1
+        autoscaler, ray/autoscaler/_private/autoscaler.py): NonTerminatedNodes lists once
+        and reads each node's tags (its kind); the config and update checks read each
         worker's tags again (launch hash, type, status); attempt_to_recover_unhealthy_nodes
         and the LoadMetrics pruning read each node's internal_ip. All but the listing are
         answered from the provider's cache of that listing."""
         provider = self._provider
-        ids = provider.non_terminated_nodes({})
-        for node_id in ids:
-            provider.node_tags(node_id)
-        for node_id in ids:
-            provider.node_tags(node_id)
-            provider.node_tags(node_id)
-            provider.internal_ip(node_id)
-        for node_id in ids:
-            provider.internal_ip(node_id)
+        for _ in range(TICKS_RAY):
+            ids = provider.non_terminated_nodes({})
+            for node_id in ids:
+                provider.node_tags(node_id)
+            for node_id in ids:
+                provider.node_tags(node_id)
+                provider.node_tags(node_id)
+                provider.internal_ip(node_id)
+            for node_id in ids:
+                provider.internal_ip(node_id)
 
     def label_one(self, node_id: str) -> None:
         self._provider.set_node_tags(node_id, {"ray-node-status": "up-to-date"})
@@ -408,7 +430,7 @@ def show_time(seconds: float) -> str:
 ROWS = {
     "launch": "launch N workers until RUNNING",
     "list": f"list, per call ({LISTINGS} in a row)",
-    "tick": "autoscaler tick, nothing to change",
+    "tick": "an idle minute of autoscaler ticks (ours 60, Ray's 12)",
     "label": "set labels on one node",
     "gone": "terminate N until a listing shows none",
 }

@@ -1,15 +1,20 @@
-"""The GCE provider's pure parts: labels, names, instance bodies, instances as nodes."""
+"""The GCE provider's pure parts: labels, names, instance bodies, instances as nodes; and
+the head's service account bindings against the fake GCE."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from launcher.config.loader import Overrides, parse_config
 from launcher.errors import ProviderError
 from launcher.providers.base import NodeKind, NodeState
+from launcher.providers.factory import make_provider
+from launcher.providers.gcp import accounts
 from launcher.providers.gcp.accounts import account_id
 from launcher.providers.gcp.instances import (
     STOPPED_LABEL,
@@ -21,6 +26,7 @@ from launcher.providers.gcp.instances import (
     network_tag,
     to_node,
 )
+from tests.gce_fake import PROJECT, GceServer
 
 LABEL = re.compile(r"^[a-z0-9_-]{0,63}$")
 
@@ -108,3 +114,47 @@ def test_a_spot_worker_gce_stopped_is_preempted_one_the_launcher_stopped_is_not_
     stopped = _instance("TERMINATED", **{STOPPED_LABEL: "true"})
     assert to_node(stopped, internal=True, answered=()) is None
     assert to_node({**_instance("RUNNING"), "labels": {}}, internal=True, answered=()) is None
+
+
+def test_the_head_may_act_as_the_account_its_workers_run_as(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker type whose node_config names a service account: GCE lets the head create
+    such a worker only if it may act as that account. Bootstrap grants the head's account
+    roles/iam.serviceAccountUser on it (not on the project); `down --purge` takes it back."""
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path))
+    with GceServer() as gce:
+        for variable, value in gce.env().items():
+            monkeypatch.setenv(variable, value)
+        worker_account = gce.iam.add_account("ray-workers")["email"]
+        image = "projects/debian-cloud/global/images/family/debian-12"
+        node = (
+            "{machineType: n1-standard-2, disks: [{boot: true, initializeParams: "
+            f"{{sourceImage: {image}}}}}]"
+        )
+        text = f"""
+cluster_name: actas
+provider: {{type: gcp, region: us-west1, availability_zone: us-west1-a, project_id: {PROJECT},
+  allow_ssh_from: [127.0.0.0/8]}}
+auth: {{ssh_user: root}}
+available_node_types:
+  head: {{node_config: {node}}}, max_workers: 0}}
+  worker: {{node_config: {node}, serviceAccounts: [{{email: {worker_account},
+    scopes: [https://www.googleapis.com/auth/cloud-platform]}}]}}}}
+head_node_type: head
+"""
+        provider = make_provider(parse_config(text, "actas.yaml", Overrides()))
+        done = provider.bootstrap()
+        head = accounts.email(provider.clients, "actas")  # type: ignore[attr-defined]
+        assert f"granted roles/iam.serviceAccountUser on {worker_account} to {head}" in done
+
+        def members(role: str) -> list[str]:
+            policy = gce.iam.account_policies.get(worker_account, {})
+            binding = next((b for b in policy.get("bindings", []) if b["role"] == role), {})
+            return list(binding.get("members", []))
+
+        assert members("roles/iam.serviceAccountUser") == [f"serviceAccount:{head}"]
+        assert "granted" not in " ".join(provider.bootstrap())  # reused: nothing more to do
+        provider.cleanup(purge=True)
+        assert members("roles/iam.serviceAccountUser") == []
+        assert not gce.iam.has_account(head) and gce.iam.has_account(worker_account)

@@ -2,20 +2,24 @@
 instance's metadata server), allowed to manage the project's instances and nothing else.
 
 `launcher-CLUSTER` (shortened to GCE's 30-character limit), created if missing and given the
-project role `roles/compute.instanceAdmin.v1`; reused if present. Removed, with its binding,
-by `down --purge`.
+project role `roles/compute.instanceAdmin.v1`; reused if present. Workers whose node_config
+names a service account of their own run as it, and GCE lets the head create them only if
+it may act as that account: the head's account gets `roles/iam.serviceAccountUser` on each
+such account (not on the project). Removed, with its bindings, by `down --purge`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from launcher.errors import ProviderError
 from launcher.providers.gcp.clients import GcpClients, api_errors, error_message, http_status
 
 ROLES = ("roles/compute.instanceAdmin.v1",)
+ACT_AS = ("roles/iam.serviceAccountUser",)
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 POLICY_RETRIES = 5
 
@@ -50,8 +54,20 @@ def exists(clients: GcpClients, cluster: str) -> bool:
     return True
 
 
-def ensure(clients: GcpClients, cluster: str) -> list[str]:
-    """Create the head's account when missing and bind its roles. Returns what it did."""
+def worker_accounts(node_configs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The service accounts (emails) the given workers' node_configs run as."""
+    found: list[str] = []
+    for node_config in node_configs:
+        for entry in node_config.get("serviceAccounts") or ():
+            address = str(entry.get("email", "")) if isinstance(entry, Mapping) else ""
+            if "@" in address and address not in found:
+                found.append(address)
+    return found
+
+
+def ensure(clients: GcpClients, cluster: str, workers_run_as: Sequence[str] = ()) -> list[str]:
+    """Create the head's account when missing and bind its roles (on the project, and to
+    act as each account of `workers_run_as`). Returns what it did."""
     done = []
     address = email(clients, cluster)
     if not exists(clients, cluster):
@@ -69,17 +85,25 @@ def ensure(clients: GcpClients, cluster: str) -> list[str]:
                 raise ProviderError(
                     f"cannot create service account {address}: {error_message(exc)}"
                 ) from exc
-    if _bind(clients, f"serviceAccount:{address}", add=True):
+    member = f"serviceAccount:{address}"
+    if _bind(_ProjectPolicy(clients), ROLES, member, add=True):
         done.append(f"granted {', '.join(ROLES)} on project {clients.project} to {address}")
+    for worker in workers_run_as:
+        if worker != address and _bind(_AccountPolicy(clients, worker), ACT_AS, member, add=True):
+            done.append(f"granted {', '.join(ACT_AS)} on {worker} to {address}")
     return done
 
 
-def remove(clients: GcpClients, cluster: str) -> list[str]:
+def remove(clients: GcpClients, cluster: str, workers_run_as: Sequence[str] = ()) -> list[str]:
     """Unbind and delete the head's account (`down --purge`)."""
     address = email(clients, cluster)
     if not exists(clients, cluster):
         return []
-    _bind(clients, f"serviceAccount:{address}", add=False)
+    member = f"serviceAccount:{address}"
+    for worker in workers_run_as:
+        if worker != address:
+            _bind(_AccountPolicy(clients, worker), ACT_AS, member, add=False, missing_ok=True)
+    _bind(_ProjectPolicy(clients), ROLES, member, add=False)
     try:
         clients.iam.projects().serviceAccounts().delete(name=_path(clients, cluster)).execute()
     except api_errors() as exc:
@@ -90,36 +114,86 @@ def remove(clients: GcpClients, cluster: str) -> list[str]:
     return [f"service account {address}"]
 
 
-def _bind(clients: GcpClients, member: str, *, add: bool) -> bool:
-    """Add (or remove) `member` to the project's ROLES; read-modify-write with the policy's
-    etag, again when another writer changed it meanwhile (409). Returns whether it changed."""
-    projects = clients.crm.projects()
+class _ProjectPolicy:
+    """The project's IAM policy (Resource Manager)."""
+
+    def __init__(self, clients: GcpClients) -> None:
+        self.clients = clients
+        self.what = f"project {clients.project}"
+
+    def read(self) -> dict[str, Any]:
+        projects = self.clients.crm.projects()
+        policy: dict[str, Any] = projects.getIamPolicy(
+            resource=self.clients.project, body={}
+        ).execute()
+        return policy
+
+    def write(self, policy: dict[str, Any]) -> None:
+        projects = self.clients.crm.projects()
+        projects.setIamPolicy(resource=self.clients.project, body={"policy": policy}).execute()
+
+
+class _AccountPolicy:
+    """A service account's own IAM policy (who may act as it)."""
+
+    def __init__(self, clients: GcpClients, address: str) -> None:
+        self.clients = clients
+        self.resource = f"projects/{clients.project}/serviceAccounts/{address}"
+        self.what = f"service account {address}"
+
+    def read(self) -> dict[str, Any]:
+        accounts = self.clients.iam.projects().serviceAccounts()
+        policy: dict[str, Any] = accounts.getIamPolicy(resource=self.resource).execute()
+        return policy
+
+    def write(self, policy: dict[str, Any]) -> None:
+        accounts = self.clients.iam.projects().serviceAccounts()
+        accounts.setIamPolicy(resource=self.resource, body={"policy": policy}).execute()
+
+
+def _bind(
+    target: _ProjectPolicy | _AccountPolicy,
+    roles: Sequence[str],
+    member: str,
+    *,
+    add: bool,
+    missing_ok: bool = False,
+) -> bool:
+    """Add (or remove) `member` to `roles` in `target`'s policy; read-modify-write with the
+    policy's etag, again when another writer changed it meanwhile (409). Returns whether it
+    changed."""
     for attempt in range(POLICY_RETRIES + 1):
         try:
-            policy: dict[str, Any] = projects.getIamPolicy(
-                resource=clients.project, body={}
-            ).execute()
-            bindings = policy.setdefault("bindings", [])
-            changed = False
-            for role in ROLES:
-                binding = next((b for b in bindings if b.get("role") == role), None)
-                members = binding.setdefault("members", []) if binding else None
-                if add and binding is None:
-                    bindings.append({"role": role, "members": [member]})
-                    changed = True
-                elif add and members is not None and member not in members:
-                    members.append(member)
-                    changed = True
-                elif not add and members is not None and member in members:
-                    members.remove(member)
-                    changed = True
-            if changed:
-                projects.setIamPolicy(resource=clients.project, body={"policy": policy}).execute()
-            return changed
+            policy = target.read()
+            if _changed(policy, roles, member, add):
+                target.write(policy)
+                return True
+            return False
         except api_errors() as exc:
             if http_status(exc) == 409 and attempt < POLICY_RETRIES:
                 continue
+            if http_status(exc) == 404 and missing_ok:
+                return False
             raise ProviderError(
-                f"cannot change the IAM policy of project {clients.project}: {error_message(exc)}"
+                f"cannot change the IAM policy of {target.what}: {error_message(exc)}"
             ) from exc
     return False
+
+
+def _changed(policy: dict[str, Any], roles: Sequence[str], member: str, add: bool) -> bool:
+    """Put `member` in (or out of) each of `roles` in `policy`; whether anything changed."""
+    bindings = policy.setdefault("bindings", [])
+    changed = False
+    for role in roles:
+        binding = next((b for b in bindings if b.get("role") == role), None)
+        members = binding.setdefault("members", []) if binding else None
+        if add and binding is None:
+            bindings.append({"role": role, "members": [member]})
+            changed = True
+        elif add and members is not None and member not in members:
+            members.append(member)
+            changed = True
+        elif not add and members is not None and member in members:
+            members.remove(member)
+            changed = True
+    return changed

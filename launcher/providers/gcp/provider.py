@@ -151,8 +151,16 @@ class GcpProvider(NodeProvider):
         self._ssh_key_line()  # read now, not in the first launch
         done += self._ensure_firewall()
         if self._head_account_wanted():
-            done += accounts.ensure(self.clients, self.cluster_name)
+            done += accounts.ensure(self.clients, self.cluster_name, self._workers_run_as())
         return done
+
+    def _workers_run_as(self) -> list[str]:
+        """The service accounts the worker types' node_configs name (the head must be
+        allowed to act as each to create those workers)."""
+        head = self.config.head_type.name
+        return accounts.worker_accounts(
+            t.node_config for name, t in self.config.node_types.items() if name != head
+        )
 
     def _head_account_wanted(self) -> bool:
         """Whether the head runs as the launcher's service account (its node_config names
@@ -582,7 +590,7 @@ class GcpProvider(NodeProvider):
             self.terminate_nodes(left)
             removed.append(f"{len(left)} stopped instance(s)")
         if purge:
-            removed += accounts.remove(self.clients, self.cluster_name)
+            removed += accounts.remove(self.clients, self.cluster_name, self._workers_run_as())
             firewalls = self.clients.compute.firewalls()
             for name in self._firewall_names():
                 try:

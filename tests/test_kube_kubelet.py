@@ -591,6 +591,46 @@ def test_pod_ip_and_portforward(pods: Cluster) -> None:
     assert "18766" in (forward.error(18766) or "")
 
 
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
+def test_kubectl_port_forward(pods: Cluster) -> None:
+    """kubectl 1.32 port-forward: SPDY/3.1 tunnelled in a websocket."""
+    ip = _http_server_pod(pods, "p-kpf", 18768)
+    blob = os.urandom(5 << 20)
+    (Path(f"/proc/{pod_init_pid_of(pods, 'p-kpf')}/root/tmp/blob")).write_bytes(blob)
+    env = {**os.environ, "KUBECONFIG": str(pods.kubeconfig())}
+    forward = subprocess.Popen(
+        ["kubectl", "port-forward", "pod/p-kpf", "18769:18768", "18770:18799"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert forward.stdout is not None
+        assert b"Forwarding from 127.0.0.1:18769" in forward.stdout.readline()
+        for path, expected in (
+            ("/index.html", b"served\n"),
+            ("/blob", blob),
+            ("/index.html", b"served\n"),
+        ):
+            with urllib.request.urlopen(f"http://127.0.0.1:18769{path}", timeout=20) as answer:
+                assert answer.read() == expected
+        # A port nothing listens on: the connection is closed, kubectl says why.
+        with socket.create_connection(("127.0.0.1", 18770), 5) as sock:
+            sock.settimeout(20)
+            assert sock.recv(10) == b""
+    finally:
+        forward.terminate()
+        _, err = forward.communicate(timeout=20)
+    assert b"18799" in err  # "error forwarding port 18799 to pod p-kpf: ..."
+    assert ip
+
+
+def pod_init_pid_of(pods: Cluster, name: str) -> int:
+    run = pods.kubelet.pod_run(pods.pods[name])
+    assert run is not None and run.containers[0].init_pid is not None
+    return run.containers[0].init_pid
+
+
 # -- logs --------------------------------------------------------------------------------
 
 
@@ -684,3 +724,105 @@ def _sleepers(args: str) -> list[int]:
                 if (entry / "cmdline").read_bytes().replace(b"\0", b" ").strip() == args.encode():
                     found.append(int(entry.name))
     return found
+
+
+# -- through the fake API server ---------------------------------------------------------
+
+
+def test_through_the_fake_api_server(tmp_path: Path) -> None:
+    """The kubelet behind tests/kube_fake/server.py (HTTPS, tokens, the scheduler): the
+    Python client's exec and port-forward, kubectl cp, and a deleted pod's processes gone."""
+    from tests.kube_fake.server import KubeServer
+
+    with KubeServer(kubelet=lambda s: FakeKubelet(**s.kubelet_options())) as server:
+        config = Configuration(host=server.url)
+        config.api_key = {"authorization": f"Bearer {server.token}"}
+        config.ssl_ca_cert = str(server.ca_file)
+        api = CoreV1Api(ApiClient(config))
+        script = 'echo up; cd /tmp && exec python3 -m http.server 18767 --bind "$POD_IP"'
+        env = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "web"},
+            "spec": {
+                "containers": [
+                    {"name": "c", "image": "x", "command": ["sh", "-c", script], "env": env}
+                ]
+            },
+        }
+        api.create_namespaced_pod("default", body)
+        server.wait_for(
+            lambda: (
+                (server.pod("default", "web") or {}).get("status", {}).get("phase") == "Running"
+            ),
+            20,
+        )
+        pod = api.read_namespaced_pod("web", "default")
+        assert pod.status.pod_ip.startswith("127.18.")
+        assert pod.status.container_statuses[0].state.running is not None
+
+        client = stream(
+            api.connect_get_namespaced_pod_exec,
+            "web",
+            "default",
+            command=["sh", "-c", "wc -c; exit 5"],
+            stdin=True,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            _preload_content=False,
+        )
+        client.write_stdin("twelve bytes")
+        client.close_channel(0)
+        client.run_forever(timeout=20)
+        assert (client.returncode, client.read_stdout().strip()) == (5, "12")
+
+        def answers() -> bool:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection((pod.status.pod_ip, 18767), 0.5),
+            ):
+                return True
+            return False
+
+        wait_for(answers, what="the pod's server")
+        forward = portforward(
+            api.connect_get_namespaced_pod_portforward, "web", "default", ports="18767"
+        )
+        sock = forward.socket(18767)
+        sock.setblocking(True)
+        sock.sendall(b"HEAD / HTTP/1.0\r\n\r\n")
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+        sock.close()
+        assert received.startswith(b"HTTP/1.0 200")
+
+        kubeconfig = server.write_kubeconfig(tmp_path / "config")
+        (tmp_path / "file").write_bytes(b"\0binary\xff")
+        env_vars = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        copy = subprocess.run(
+            ["kubectl", "cp", str(tmp_path / "file"), "web:/tmp/file"],
+            env=env_vars,
+            capture_output=True,
+            check=False,
+            timeout=60,
+        )
+        assert copy.returncode == 0, copy.stderr
+        root = Path(f"/proc/{pod_init_pid(server, 'web')}/root")
+        assert (root / "tmp" / "file").read_bytes() == b"\0binary\xff"
+        assert api.read_namespaced_pod_log("web", "default").startswith("up\n")
+
+        pid_ns = os.readlink(f"/proc/{pod_init_pid(server, 'web')}/ns/pid")
+        api.delete_namespaced_pod("web", "default", grace_period_seconds=1)
+        server.wait_for(lambda: server.pod("default", "web") is None, 20)
+        assert pid_namespace_members(pid_ns) == []
+
+
+def pod_init_pid(server: Any, name: str) -> int:
+    kubelet: FakeKubelet = server.kubelet
+    pod = server.pod("default", name)
+    run = kubelet.pod_run(pod)
+    assert run is not None and run.containers[0].init_pid is not None
+    return run.containers[0].init_pid

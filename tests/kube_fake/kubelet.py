@@ -9,14 +9,15 @@ trees on this box (see pod_runtime.py) and serves their streaming subresources.
     kubelet.close()
 
 exec and attach speak the channel websocket protocols (v5, v4, v4.base64, v3, v2,
-channel.k8s.io, base64.channel.k8s.io), portforward the v4/channel.k8s.io one with
-?ports=; log serves text/plain (follow, tailLines, previous, limitBytes). A request that
-is not a websocket upgrade (kubectl's SPDY fallback) gets 400 with a Status, so kubectl
+channel.k8s.io, base64.channel.k8s.io); portforward the v4/channel.k8s.io one with ?ports=
+(the Python client) and SPDY/3.1 tunnelled in a websocket (kubectl 1.31+, spdy.py); log
+serves text/plain (follow, tailLines, previous, limitBytes). A request that is not a
+websocket upgrade (SPDY itself: kubectl's fallback) gets 400 with a Status, so kubectl
 reports the refusal instead of hanging.
 
-Not modelled: attach (400), SPDY (and so kubectl port-forward, which tunnels SPDY in a
-websocket), readiness and liveness probes (a running container is ready), resource limits,
-configMap/secret/projected volumes, images (the container runs this machine's files).
+Not modelled: attach (400), readiness and liveness probes (a running container is ready),
+resource limits, configMap/secret/projected volumes, images (the container runs this
+machine's files).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.kube_fake import portforward
+from tests.kube_fake import portforward, spdy
 from tests.kube_fake.channels import EXEC_PROTOCOLS, Channels, new_websocket, status_response
 from tests.kube_fake.exec_session import ExecRequest, Session, nsenter_argv
 from tests.kube_fake.kubelet_api import Pod, PodStatusSink
@@ -218,9 +219,12 @@ class FakeKubelet:
         name = str((pod.get("metadata") or {}).get("name"))
         if run is None:
             return status_response(400, "BadRequest", f"pod {name} is not running on a node")
+        offered = request.headers.get("Sec-WebSocket-Protocol", "")
+        if spdy.PROTOCOL in (p.strip() for p in offered.split(",")):
+            return await spdy.serve(request, run.ip, name)  # kubectl 1.31+
         if "ports" not in request.query:
-            # kubectl port-forward: a websocket tunnelling SPDY/3.1, or SPDY itself.
-            message = "port-forward needs ?ports= (SPDY is not served by the fake kubelet)"
+            # SPDY itself (the fallback of kubectl, and older ones): not served here.
+            message = "port-forward needs ?ports= or SPDY tunnelled in a websocket"
             return status_response(400, "BadRequest", message)
         return await portforward.serve(request, run.ip, name)
 

@@ -75,12 +75,16 @@ class IpPool:
 
     def take(self) -> str:
         self._dir.mkdir(parents=True, exist_ok=True)
-        hosts = [ip for ip in self._network.hosts() if ip.packed[-1] not in (0, 255)]
+        first = int(self._network.network_address)
+        size = self._network.num_addresses
         with self._lock:
-            for step in range(len(hosts)):
-                ip = str(hosts[(self._next + step) % len(hosts)])
+            for step in range(size):
+                offset = (self._next + step) % size
+                if (first + offset) & 0xFF in (0, 255):
+                    continue  # no x.y.z.0 nor x.y.z.255
+                ip = str(ipaddress.IPv4Address(first + offset))
                 if self._reserve(ip):
-                    self._next = (self._next + step + 1) % len(hosts)
+                    self._next = (offset + 1) % size
                     return ip
         raise RuntimeError(f"no free pod address in {self._network}")
 

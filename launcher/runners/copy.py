@@ -12,7 +12,6 @@ trip time.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import shlex
 import shutil
@@ -22,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
+
+from launcher.runners.filters import rsync_excluded
 
 if TYPE_CHECKING:
     import paramiko
@@ -79,7 +80,7 @@ def local_copy_size(source: str, excludes: tuple[str, ...]) -> CopySize | None:
             continue
         for entry in entries:
             rel = f"{relative}/{entry.name}" if relative else entry.name
-            if _excluded(rel, excludes):
+            if rsync_excluded(rel, excludes):
                 continue
             if entry.is_dir(follow_symlinks=False):
                 dirs += 1
@@ -175,23 +176,6 @@ def _bracket(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _excluded(relative: str, excludes: tuple[str, ...]) -> bool:
-    """rsync's rule: a pattern starting with `/` is anchored at the copy's root, another
-    pattern holding a `/` matches the end of the path, a plain one matches the name."""
-    name = relative.rsplit("/", 1)[-1]
-    for pattern in excludes:
-        stripped = pattern.strip("/")
-        if pattern.startswith("/"):
-            if fnmatch.fnmatch(relative, stripped):
-                return True
-        elif "/" in stripped:
-            if fnmatch.fnmatch(relative, stripped) or fnmatch.fnmatch(relative, "*/" + stripped):
-                return True
-        elif fnmatch.fnmatch(name, stripped):
-            return True
-    return False
-
-
 def copy_over_sftp(
     sftp: paramiko.SFTPClient,
     source: str,
@@ -283,7 +267,7 @@ class _Sides:
     def copy_tree(self, src: str, dst: str, relative: str, excludes: tuple[str, ...]) -> None:
         for name, entry in self.entries(src):
             rel = f"{relative}/{name}" if relative else name
-            if _excluded(rel, excludes):
+            if rsync_excluded(rel, excludes):
                 continue
             if stat.S_ISDIR(entry.st_mode or 0):
                 self.mkdir(f"{dst}/{name}")

@@ -80,3 +80,22 @@ def filter_excludes(source: Path, filter_files: tuple[str, ...]) -> tuple[str, .
                 kept.append(name)
         dirs[:] = kept
     return tuple(excluded)
+
+
+def rsync_excluded(relative: str, excludes: tuple[str, ...]) -> bool:
+    """Whether rsync `--exclude` patterns leave out the entry at `relative` (its path from
+    the copy's root, `/`-separated). rsync's rule: a pattern starting with `/` is anchored
+    at the copy's root, another pattern holding a `/` matches the end of the path, a plain
+    one matches the name."""
+    name = relative.rsplit("/", 1)[-1]
+    for pattern in excludes:
+        stripped = pattern.strip("/")
+        if pattern.startswith("/"):
+            if fnmatch.fnmatch(relative, stripped):
+                return True
+        elif "/" in stripped:
+            if fnmatch.fnmatch(relative, stripped) or fnmatch.fnmatch(relative, "*/" + stripped):
+                return True
+        elif fnmatch.fnmatch(name, stripped):
+            return True
+    return False

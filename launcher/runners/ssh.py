@@ -14,16 +14,14 @@ same machine must present the same key.
 from __future__ import annotations
 
 import contextlib
-import re
 import shlex
 import socket
 import subprocess
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal, TextIO, TypeVar
+from typing import Any, Literal, TypeVar
 
 import paramiko
 
@@ -40,17 +38,11 @@ from launcher.runners.copy import (
     ssh_command,
 )
 from launcher.runners.known_hosts import KnownHosts
+from launcher.runners.shell import LineBuffer, OutputLines, login_shell_argv
 from launcher.runners.ssh_target import SSHTarget
 
 __all__ = ["SSHRunner", "SSHTarget"]
 
-_TAIL_LINES = 20
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# bash prints these when started interactive (-i, to read ~/.bashrc) without a terminal.
-_NOISE = (
-    "bash: cannot set terminal process group",
-    "bash: no job control in this shell",
-)
 COMMAND_ATTEMPTS = 3  # a command whose connection drops is run again, this many times in all
 CopyMethod = Literal["auto", "rsync", "sftp"]
 _T = TypeVar("_T")
@@ -174,13 +166,7 @@ class SSHRunner:
     def command_line(self, command: str, env: Mapping[str, str] | None = None) -> str:
         """What is sent to the node: `env` with quoted NAME=value arguments, then a login
         shell that also reads ~/.bashrc (as Ray's launcher does), running `command`."""
-        merged = {**self.base_env, **(env or {})}
-        for name in merged:
-            if not _ENV_NAME.match(name):
-                raise ValueError(f"environment variable name {name!r} is not valid")
-        assignments = [shlex.quote(f"{k}={v}") for k, v in merged.items()]
-        prefix = ["env", *assignments] if assignments else []
-        return " ".join([*prefix, "bash", "--login", "-c", "-i", shlex.quote(command)])
+        return shlex.join(login_shell_argv(command, self.base_env, env))
 
     def run(
         self,
@@ -250,19 +236,17 @@ class SSHRunner:
         transport = client.get_transport()
         assert transport is not None
         channel = transport.open_session(timeout=self.connect_timeout_s)
-        tail: deque[str] = deque(maxlen=_TAIL_LINES)
         deadline = None if timeout is None else time.monotonic() + timeout
         with channel, self.log_path.open("a", encoding="utf-8") as log:
+            output = OutputLines(log, echo)
             channel.set_combine_stderr(True)
             channel.settimeout(1.0)
             channel.exec_command(line)
-            pending = b""
-            held: bytes | None = None  # the last line waits: an interactive login shell
-            # prints "logout" as it exits, which is not the command's output
+            lines = LineBuffer(output)
             while True:
                 if deadline is not None and time.monotonic() > deadline:
-                    tail.append(f"(stopped after {timeout:g} s)")
-                    return CommandResult(124, "\n".join(tail))
+                    output.tail.append(f"(stopped after {timeout:g} s)")
+                    return CommandResult(124, output.text())
                 try:
                     chunk = channel.recv(65536)
                 except TimeoutError:
@@ -271,32 +255,14 @@ class SSHRunner:
                     raise EOFError("the connection closed") from None
                 if not chunk:
                     break
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for raw in lines:
-                    if held is not None:
-                        self._line(held, log, tail, echo)
-                    held = raw
-            if held is not None and (pending or held.rstrip(b"\r") != b"logout"):
-                self._line(held, log, tail, echo)
-            if pending:
-                self._line(pending, log, tail, echo)
+                lines.feed(chunk)
+            lines.finish()
             if not channel.exit_status_ready() and not transport.is_active():
                 raise EOFError("the connection closed before the command finished")
             code = channel.recv_exit_status()
         if code == -1:
             raise EOFError("the command ended without an exit status")
-        return CommandResult(code, "\n".join(tail))
-
-    def _line(self, raw: bytes, log: TextIO, tail: deque[str], echo: OutputSink | None) -> None:
-        text = raw.decode("utf-8", errors="replace").rstrip("\r")
-        if text.startswith(_NOISE):
-            return
-        log.write(text + "\n")
-        log.flush()
-        tail.append(text)
-        if echo is not None:
-            echo(text)
+        return CommandResult(code, output.text())
 
     def _log(self, text: str) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -47,9 +47,16 @@ def run(
     )
 
 
-def start(*args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
+def start(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [LAUNCHER, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd
+        [LAUNCHER, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=cwd,
+        env=env,
     )
 
 

@@ -20,6 +20,7 @@ _IMPLEMENTATIONS: Mapping[str, str] = MappingProxyType(
         "local": "launcher.providers.local.provider:OnPremProvider",
         "aws": "launcher.providers.aws.provider:AwsProvider",
         "gcp": "launcher.providers.gcp.provider:GcpProvider",
+        "kubernetes": "launcher.providers.kubernetes.provider:KubernetesProvider",
     }
 )
 
@@ -33,7 +34,7 @@ def make_provider(config: ClusterConfig, on_head: bool = False) -> NodeProvider:
         raise UsageError(
             f"the {kind} provider cannot run clusters yet; `launcher validate` and "
             "`launcher plan` work for it, and `up` works with `provider: type: localhost`, "
-            "`local`, `aws` or `gcp`"
+            "`local`, `aws`, `gcp` or `kubernetes`"
         )
     spec = SPECS[kind]
     module_name, _, class_name = target.partition(":")

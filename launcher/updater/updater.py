@@ -127,6 +127,7 @@ class NodeUpdater:
         try:
             self._stage(NodeStatus.WAITING, "waiting for the node")
             self._wait_ready()
+            self._learn_address()
             env = self.provider.node_env(self.node, self.head)
             commands = self.config.commands_for(self.node.node_type, head=self.is_head)
             initialization = commands.initialization
@@ -164,6 +165,17 @@ class NodeUpdater:
         )
         self._emit("up to date", done=True)
         return steps
+
+    def _learn_address(self) -> None:
+        """A node whose address was not known when it was listed (a pod gets its IP once it
+        runs) is read again now that it answers."""
+        if self.node.ip is not None:
+            return
+        again = next((n for n in self.provider.nodes() if n.id == self.node.id), None)
+        if again is not None and again.ip is not None:
+            self.node = again
+            if self.is_head:
+                self.head = again
 
     def _stage(self, status: NodeStatus, text: str) -> None:
         self.provider.set_tags(self.node.id, {TAG_STATUS: status})

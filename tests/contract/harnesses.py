@@ -24,6 +24,8 @@ from launcher.providers.base import NodeKind, NodeProvider
 from launcher.providers.factory import make_provider
 from tests.aws_fake import LoopbackVpc, MotoServer, loopback_vpc
 from tests.gce_fake import PROJECT, GceServer
+from tests.kube_fake import resources as kube_resources
+from tests.kube_fake.server import KubeServer
 from tests.ssh_hosts import IsolatedHost, isolated_hosts, make_key
 
 
@@ -242,7 +244,66 @@ class GcpHarness:
         return found + [f"account {a['email']}" for a in listed if a["email"].startswith(stem)]
 
 
-HARNESSES = ("localhost", "local", "aws", "gcp")
+class KubernetesHarness:
+    """The fake API server (tests/kube_fake/server.py) with its stand-in kubelet (pods are
+    marked Running; nothing runs in them: the contract is about the API), three 4-cpu
+    nodes, and the namespace `ray`. A `scarce` pod asks for more CPU than any node has."""
+
+    name = "kubernetes"
+    types = Types("head", "worker")
+
+    def __init__(self, server: KubeServer) -> None:
+        self.server = server
+        server.create("namespaces", {"metadata": {"name": "ray"}})
+
+    def config(self, cluster: str) -> ClusterConfig:
+        def pod(cpu: str) -> str:
+            return (
+                "{apiVersion: v1, kind: Pod, spec: {containers: [{name: ray-node, image: "
+                f"rayproject/ray, resources: {{requests: {{cpu: '{cpu}'}}}}}}]}}}}"
+            )
+
+        text = (
+            f"cluster_name: {cluster}\nmax_workers: 8\n"
+            "provider: {type: kubernetes, namespace: ray, scheduling_timeout_s: 1}\n"
+        )
+        text += TYPES_TEXT.replace("SCARCE", pod("64")).replace("NODE", pod("100m"))
+        return parse_config(text, f"{cluster}.yaml", Overrides())
+
+    def provider(self, cluster: str) -> NodeProvider:
+        provider = make_provider(self.config(cluster))
+        provider.bootstrap()
+        return provider
+
+    def exhaust(self, provider: NodeProvider) -> str:
+        return "scarce"  # no node has 64 CPUs: its pods stay unschedulable
+
+    def restore(self) -> None:
+        return None
+
+    def leftovers(self, cluster: str) -> list[str]:
+        found = [
+            f"pod {p['metadata']['name']}"
+            for p in self.server.pods("ray", f"launcher-cluster={cluster}")
+        ]
+        for plural, group in (
+            ("services", ""),
+            ("serviceaccounts", ""),
+            ("roles", "rbac.authorization.k8s.io"),
+            ("rolebindings", "rbac.authorization.k8s.io"),
+        ):
+            resource = kube_resources.find(group, plural)
+            assert resource is not None
+            for obj in self.server.store.list(resource, "ray")[0]:
+                metadata = obj["metadata"]
+                users = (metadata.get("annotations") or {}).get("launcher.clusters", "")
+                labels = metadata.get("labels") or {}
+                if cluster in users.split(",") or labels.get("launcher-cluster") == cluster:
+                    found.append(f"{plural} {metadata['name']}")
+        return found
+
+
+HARNESSES = ("localhost", "local", "aws", "gcp", "kubernetes")
 
 
 @contextlib.contextmanager
@@ -259,6 +320,10 @@ def harness_for(name: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
             for variable, value in gce.env().items():
                 monkeypatch.setenv(variable, value)
             yield GcpHarness(gce)
+    elif name == "kubernetes":
+        with KubeServer() as kube:
+            monkeypatch.setenv("KUBECONFIG", str(kube.write_kubeconfig(tmp / "kubeconfig")))
+            yield KubernetesHarness(kube)
     elif name == "aws":
         with MotoServer() as server:
             server.apply_env(monkeypatch)

@@ -22,6 +22,9 @@ _KNOWN = {
     "autoscaler_role_binding",
     "services",
     "disable_node_updaters",
+    "context",
+    "scheduling_timeout_s",
+    "head_python",
 }
 _QUANTITY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
 _SUFFIX = {
@@ -46,6 +49,9 @@ class KubernetesProviderConfig(ProviderConfig):
     role: Mapping[str, Any] | None
     role_binding: Mapping[str, Any] | None
     services: tuple[Mapping[str, Any], ...]
+    context: str | None = None  # the kubeconfig context; None: its current context
+    # How long a new pod may stay unschedulable before it counts as a capacity failure.
+    scheduling_timeout_s: float = 30.0
 
 
 def parse_quantity(value: object) -> float | None:
@@ -100,6 +106,9 @@ class KubernetesSpec(ProviderSpec):
             role=freeze(section.get("autoscaler_role")),
             role_binding=freeze(section.get("autoscaler_role_binding")),
             services=freeze(section.get("services", [])),
+            context=str(section["context"]) if section.get("context") else None,
+            scheduling_timeout_s=float(section.get("scheduling_timeout_s", 30.0)),
+            head_python=section.get("head_python"),
         )
 
     def known_resources(self, node_config: Mapping[str, Any]) -> dict[str, int] | None:

@@ -1,0 +1,308 @@
+"""Ray nodes as pods in one Kubernetes namespace.
+
+Nodes are the pods labelled with the cluster's name, listed with a label selector (never a
+listing of the whole namespace). A node's pod is built from its type's pod manifest (Ray's
+format) with the node's tags as labels and a generated name; a launch carries its request
+id as a label, so a retried launch counts what the first made and makes only the rest.
+
+Capacity: after creating pods the provider waits until the scheduler has placed them. A pod
+still unschedulable after `provider.scheduling_timeout_s` (PodScheduled False, reason
+Unschedulable), or a create refused for the namespace's ResourceQuota, is a capacity
+failure of its type: its pods are deleted and CapacityError raised, so the autoscaler's
+capacity memory and fallback types take over as for a cloud stockout.
+
+Commands run over the exec API (`launcher.runners.kube_exec`), not SSH; the autoscaler runs
+in the head pod with the head's service account (`objects.py` makes its Role).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from launcher.config.model import ClusterConfig, NodeType
+from launcher.errors import CapacityError, ProviderError, UsageError
+from launcher.providers.base import (
+    TAG_LAUNCH_ID,
+    Node,
+    NodeKind,
+    NodeProvider,
+)
+from launcher.providers.kubernetes import objects
+from launcher.providers.kubernetes.clients import KubeApis, connect
+from launcher.providers.kubernetes.objects import (
+    Objects,
+    api_error,
+    autoscaler_objects,
+    message_of,
+    name_of,
+    status_of,
+)
+from launcher.providers.kubernetes.pods import (
+    cluster_selector,
+    label_problem,
+    pod_body,
+    tag_patch,
+    to_node,
+    unschedulable,
+)
+from launcher.providers.kubernetes.spec import KubernetesProviderConfig
+from launcher.runners.base import CommandRunner
+from launcher.runners.forward import PortOpener
+
+DELETE_GRACE_S = 5  # a pod's processes get SIGTERM, then SIGKILL this much later
+GONE_WAIT_S = 120.0  # how long `terminate_nodes` waits for deleted pods to be gone
+POLL_S = (0.1, 1.0)  # first and longest pause between listings while waiting
+
+
+class KubernetesProvider(NodeProvider):
+    installs_launcher_on_head = True
+
+    def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
+        super().__init__(config, on_head)
+        settings = config.provider
+        assert isinstance(settings, KubernetesProviderConfig)
+        problem = label_problem(config.cluster_name)
+        if problem:
+            raise UsageError(problem)
+        self.settings = settings
+        self.namespace = settings.namespace
+        self._apis: KubeApis | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def apis(self) -> KubeApis:
+        with self._lock:
+            if self._apis is None:
+                self._apis = connect(self.settings, self.on_head)
+            return self._apis
+
+    @property
+    def objects(self) -> Objects:
+        return Objects(self.apis, self.namespace, self.cluster_name)
+
+    # -- before the first node -----------------------------------------------------------
+    def bootstrap(self, wait_s: float = 300.0) -> list[str]:
+        if self.on_head:
+            return []
+        self._check_namespace()
+        done = []
+        for kind, manifest in autoscaler_objects(self.settings):
+            line = self.objects.ensure_shared(kind, manifest)
+            if line:
+                done.append(line)
+        for service in self.settings.services:
+            line = self.objects.ensure_service(service)
+            if line:
+                done.append(line)
+        return done
+
+    def _check_namespace(self) -> None:
+        try:
+            self.apis.core.read_namespace(self.namespace)
+        except api_error() as exc:
+            if status_of(exc) == 404:
+                raise UsageError(
+                    f"namespace {self.namespace} does not exist in {self.apis.source}; create "
+                    f"it (`kubectl create namespace {self.namespace}`) or set "
+                    "provider.namespace to one that does"
+                ) from exc
+            if status_of(exc) == 403:
+                return  # may not read namespaces; the objects' creation will say more
+            raise ProviderError(
+                f"cannot reach the Kubernetes API ({self.apis.source}): {message_of(exc)}"
+            ) from exc
+        except OSError as exc:
+            raise ProviderError(
+                f"cannot reach the Kubernetes API ({self.apis.source}): {exc}"
+            ) from exc
+
+    def _service_account(self) -> str:
+        return name_of(autoscaler_objects(self.settings)[0][1])
+
+    # -- nodes ----------------------------------------------------------------------------
+    def _pods(self, selector: str) -> list[dict[str, Any]]:
+        """The namespace's pods matching `selector`, as JSON (not the client's models: at a
+        thousand pods, building those costs more than the call)."""
+        try:
+            answer = self.apis.core.list_namespaced_pod(
+                self.namespace, label_selector=selector, _preload_content=False
+            )
+            items: list[dict[str, Any]] = json.loads(answer.data)["items"]
+        except api_error() as exc:
+            raise ProviderError(
+                f"cannot list the pods of cluster {self.cluster_name}: {message_of(exc)}"
+            ) from exc
+        except OSError as exc:
+            raise ProviderError(
+                f"cannot reach the Kubernetes API ({self.apis.source}): {exc}"
+            ) from exc
+        return items
+
+    def nodes(self) -> list[Node]:
+        found = (to_node(p) for p in self._pods(cluster_selector(self.cluster_name)))
+        return [n for n in found if n is not None]
+
+    def made_by(self, request_id: str | None) -> list[Node]:
+        if not request_id:
+            return []
+        pods = self._pods(_launch_selector(self.cluster_name, request_id))
+        return [n for n in (to_node(p) for p in pods) if n is not None]
+
+    def create_nodes(
+        self,
+        node_type: NodeType,
+        kind: NodeKind,
+        count: int,
+        tags: Mapping[str, str],
+        avoid_zones: Collection[str] = (),
+        request_id: str | None = None,
+    ) -> list[Node]:
+        request_id = request_id or uuid.uuid4().hex
+        made = self.made_by(request_id)
+        body = pod_body(
+            node_type.node_config,
+            cluster_name=self.cluster_name,
+            kind=kind,
+            tags=self.new_node_tags(node_type, kind, tags, request_id),
+            service_account=self._service_account(),
+        )
+        body.setdefault("metadata", {})["namespace"] = self.namespace
+        for _ in range(count - len(made)):
+            try:
+                self.apis.core.create_namespaced_pod(self.namespace, body, _preload_content=False)
+            except api_error() as exc:
+                raise self._create_failed(node_type, request_id, exc) from exc
+        return self._await_scheduled(node_type, request_id)
+
+    def _create_failed(self, node_type: NodeType, request_id: str, exc: Exception) -> ProviderError:
+        message = message_of(exc)
+        if status_of(exc) == 403 and "exceeded quota" in message:
+            made = self.made_by(request_id)
+            return CapacityError(node_type.name, ("",), message, created=made, scope="quota")
+        return ProviderError(
+            f"cannot create a {node_type.name} pod in namespace {self.namespace}: {message}"
+        )
+
+    def _await_scheduled(self, node_type: NodeType, request_id: str) -> list[Node]:
+        """Wait until the launch's pods are placed; those still unschedulable after
+        `scheduling_timeout_s` are deleted and reported as a capacity failure."""
+        deadline = time.monotonic() + self.settings.scheduling_timeout_s
+        pause = POLL_S[0]
+        while True:
+            pods = self._pods(_launch_selector(self.cluster_name, request_id))
+            stuck = {str(p["metadata"]["name"]): unschedulable(p) for p in pods}
+            stuck = {name: why for name, why in stuck.items() if why}
+            if not stuck or time.monotonic() >= deadline:
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, POLL_S[1])
+        nodes = [n for n in (to_node(p) for p in pods) if n is not None]
+        if not stuck:
+            return nodes
+        self._delete(list(stuck))
+        self._wait_gone(list(stuck))
+        detail = next(iter(stuck.values()))
+        return_nodes = [n for n in nodes if n.id not in stuck]
+        raise CapacityError(
+            node_type.name,
+            ("",),
+            f"{len(stuck)} pod(s) unschedulable for {self.settings.scheduling_timeout_s:g} s: "
+            f"{detail}",
+            created=return_nodes,
+        )
+
+    def terminate_nodes(self, node_ids: Sequence[str]) -> None:
+        if not node_ids:
+            return
+        self._delete(node_ids)
+        self._wait_gone(node_ids)
+
+    def _delete(self, names: Sequence[str]) -> None:
+        for name in names:
+            try:
+                self.apis.core.delete_namespaced_pod(
+                    name,
+                    self.namespace,
+                    grace_period_seconds=DELETE_GRACE_S,
+                    _preload_content=False,
+                )
+            except api_error() as exc:
+                if status_of(exc) != 404:
+                    raise ProviderError(f"cannot delete pod {name}: {message_of(exc)}") from exc
+
+    def _wait_gone(self, names: Sequence[str]) -> None:
+        """Wait until no pod of `names` exists (deleted pods linger while their processes
+        are stopped)."""
+        wanted = set(names)
+        deadline = time.monotonic() + GONE_WAIT_S
+        pause = POLL_S[0]
+        while True:
+            present = {
+                str(p["metadata"]["name"]) for p in self._pods(cluster_selector(self.cluster_name))
+            }
+            left = wanted & present
+            if not left:
+                return
+            if time.monotonic() >= deadline:
+                raise ProviderError(
+                    f"pods still present {GONE_WAIT_S:g} s after they were deleted: "
+                    f"{', '.join(sorted(left))}"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, POLL_S[1])
+
+    def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
+        try:
+            self.apis.core.patch_namespaced_pod(
+                node_id, self.namespace, tag_patch(tags), _preload_content=False
+            )
+        except api_error() as exc:
+            raise ProviderError(f"cannot label pod {node_id}: {message_of(exc)}") from exc
+
+    def cleanup(self, purge: bool = False) -> list[str]:
+        removed = []
+        left = [str(p["metadata"]["name"]) for p in self._pods(cluster_selector(self.cluster_name))]
+        if left:
+            self._delete(left)
+            self._wait_gone(left)
+            removed.append(f"{len(left)} pod(s)")
+        for name in self.objects.services():
+            if self.objects.delete(objects.SERVICE, name):
+                removed.append(f"service {name}")
+        if purge:
+            for kind, manifest in reversed(autoscaler_objects(self.settings)):
+                line = self.objects.release_shared(kind, name_of(manifest))
+                if line:
+                    removed.append(line)
+        return removed
+
+    # -- reaching nodes ------------------------------------------------------------------
+    def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
+        from launcher.runners.kube_exec import KubeExecRunner
+
+        return KubeExecRunner(
+            self.apis.core,
+            self.namespace,
+            node.id,
+            container=None,
+            base_env={},
+            log_path=log_path,
+        )
+
+    def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
+        from launcher.runners.kube_exec import pod_port_opener
+
+        return pod_port_opener(self.apis.core, self.namespace, node.id)
+
+    def head_python(self) -> str:
+        return self.settings.head_python or "python3"
+
+
+def _launch_selector(cluster_name: str, request_id: str) -> str:
+    return f"{cluster_selector(cluster_name)},{TAG_LAUNCH_ID}={request_id}"

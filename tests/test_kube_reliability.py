@@ -1,0 +1,144 @@
+"""Kubernetes clusters survive a launcher killed at any moment: seeded random runs kill `up`
+(and sometimes the `down` after it) with SIGKILL after a random delay, then require a second
+`up` to converge on one head pod with its worker and `down --purge` to leave no pod, service,
+ServiceAccount, Role or RoleBinding. Against the fake API server whose kubelet runs pods as
+real processes (tests/kube_fake/), with the autoscaler in the head pod launching the worker
+(so `down` races with it).
+
+LAUNCHER_RELIABILITY_SEED and LAUNCHER_RELIABILITY_RUNS reproduce or widen the search.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.cluster_helpers import LAUNCHER, run, wait_for
+from tests.kube_fake.kubelet import FakeKubelet
+from tests.kube_fake.server import KubeServer
+from tests.ssh_hosts import isolation_unavailable
+
+pytestmark = pytest.mark.skipif(
+    isolation_unavailable() is not None, reason=str(isolation_unavailable())
+)
+
+SEED = int(os.environ.get("LAUNCHER_RELIABILITY_SEED", "16"))
+RUNS = int(os.environ.get("LAUNCHER_RELIABILITY_RUNS", "6"))
+NAME = "kube-chaos"
+POD = (
+    "{apiVersion: v1, kind: Pod, spec: {containers: [{name: ray-node, image: rayproject/ray, "
+    "command: [/bin/bash, -c, --], args: ['trap : TERM INT; sleep infinity & wait;'], "
+    "resources: {requests: {cpu: 100m}}}]}}"
+)
+CONFIG = f"""
+cluster_name: {NAME}
+max_workers: 1
+provider:
+  type: kubernetes
+  namespace: ray
+  services:
+    - {{apiVersion: v1, kind: Service, metadata: {{name: {NAME}-head}},
+       spec: {{selector: {{component: {NAME}-head}}, ports: [{{port: 8265}}]}}}}
+available_node_types:
+  head: {{node_config: {POD}, resources: {{CPU: 1}}, max_workers: 0}}
+  worker: {{node_config: {POD}, resources: {{CPU: 1}}, min_workers: 1, max_workers: 1}}
+head_node_type: head
+setup_commands:
+  - echo set up >> ~/setup.log
+head_start_ray_commands:
+  - echo "no Ray in this test" > ~/started.log
+worker_start_ray_commands:
+  - echo "no Ray in this test" > ~/started.log
+"""
+OBJECTS = (
+    ("services", ""),
+    ("serviceaccounts", ""),
+    ("roles", "rbac.authorization.k8s.io"),
+    ("rolebindings", "rbac.authorization.k8s.io"),
+)
+
+
+@dataclass
+class Chaos:
+    server: KubeServer
+    path: Path
+    env: dict[str, str]
+
+    def killed_after(self, delay: float, *args: str) -> None:
+        process = subprocess.Popen(
+            [LAUNCHER, *args],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            process.wait(delay)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
+
+    def pods(self, kind: str) -> list[str]:
+        selector = f"launcher-cluster={NAME},launcher-node-kind={kind}"
+        return [
+            p["metadata"]["name"]
+            for p in self.server.pods("ray", selector)
+            if not p["metadata"].get("deletionTimestamp")
+        ]
+
+    def left(self) -> list[str]:
+        found = [
+            f"pod {p['metadata']['name']}"
+            for p in self.server.pods("ray", f"launcher-cluster={NAME}")
+        ]
+        for plural, group in OBJECTS:
+            for name in (f"{NAME}-head", "launcher-autoscaler"):
+                if self.server.get(plural, name, "ray", group) is not None:
+                    found.append(f"{plural} {name}")
+        return found
+
+
+@pytest.fixture(scope="module")
+def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
+    tmp = tmp_path_factory.mktemp("kube-chaos")
+    with KubeServer(kubelet=lambda s: FakeKubelet(**s.kubelet_options())) as server:
+        server.create("namespaces", {"metadata": {"name": "ray"}})
+        path = tmp / "cluster.yaml"
+        path.write_text(CONFIG)
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(server.write_kubeconfig(tmp / "kubeconfig")),
+            "LAUNCHER_HOME": str(tmp / "home"),
+        }
+        made = Chaos(server, path, env)
+        yield made
+        run("down", "-y", "--purge", str(path), env=env, timeout=300)
+
+
+@pytest.mark.parametrize("index", range(RUNS))
+def test_killed_commands_leave_nothing_that_the_next_up_and_down_miss(
+    chaos: Chaos, index: int
+) -> None:
+    rng = random.Random(SEED * 1000 + index)
+    up_delay = rng.uniform(0.3, 6.0)
+    down_delay = rng.uniform(0.3, 3.0) if rng.random() < 0.5 else None
+    what = f"seed {SEED}, run {index}: up killed at {up_delay:.2f} s" + (
+        f", down killed at {down_delay:.2f} s" if down_delay is not None else ""
+    )
+    chaos.killed_after(up_delay, "up", "-y", str(chaos.path))
+    if down_delay is not None:
+        chaos.killed_after(down_delay, "down", "-y", str(chaos.path))
+    up = run("up", "-y", str(chaos.path), env=chaos.env, timeout=600)
+    assert up.returncode == 0, f"{what}: {up.stdout}{up.stderr}"
+    assert len(chaos.pods("head")) == 1, f"{what}: heads {chaos.pods('head')}"
+    wait_for(lambda: len(chaos.pods("worker")) == 1, 60, f"{what}: one worker pod")
+    down = run("down", "-y", "--purge", str(chaos.path), env=chaos.env, timeout=600)
+    assert down.returncode == 0, f"{what}: {down.stdout}{down.stderr}"
+    assert chaos.left() == [], what

@@ -1,0 +1,189 @@
+"""The Kubernetes provider's pure parts: pods as nodes, tags as labels, pod bodies, and the
+autoscaler's RBAC objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import launcher.config  # noqa: F401  (the config package first: it imports the providers)
+from launcher.providers.base import (
+    TAG_CLUSTER,
+    TAG_KIND,
+    TAG_STATUS,
+    TAG_TYPE,
+    NodeKind,
+    NodeState,
+    NodeStatus,
+)
+from launcher.providers.kubernetes.objects import (
+    AUTOSCALER_RULES,
+    DEFAULT_NAME,
+    autoscaler_objects,
+    name_of,
+)
+from launcher.providers.kubernetes.pods import (
+    ANNOTATION_PREFIX,
+    is_label_value,
+    label_problem,
+    name_prefix,
+    pod_body,
+    split_tags,
+    tag_patch,
+    tags_of,
+    to_node,
+    unschedulable,
+)
+from launcher.providers.kubernetes.spec import KubernetesProviderConfig
+
+
+def _pod(**status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "c-worker-abcde",
+            "labels": {TAG_CLUSTER: "c", TAG_KIND: "worker", TAG_TYPE: "cpu"},
+            "annotations": {ANNOTATION_PREFIX + "note": "two words"},
+            "creationTimestamp": "2026-11-25T10:00:00Z",
+        },
+        "status": status,
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("", True),
+        ("up-to-date", True),
+        ("ray.head.default", True),
+        ("a" * 63, True),
+        ("a" * 64, False),
+        ("GPU workers", False),
+        ("-leading", False),
+        ("trailing.", False),
+    ],
+)
+def test_label_values_as_kubernetes_allows_them(value: str, ok: bool) -> None:
+    assert is_label_value(value) is ok
+
+
+def test_tags_kubernetes_refuses_as_labels_live_in_annotations_and_read_back() -> None:
+    tags = {TAG_TYPE: "GPU workers", TAG_STATUS: "up-to-date"}
+    labels, annotations = split_tags(tags)
+    assert labels == {TAG_STATUS: "up-to-date"}
+    assert annotations == {ANNOTATION_PREFIX + TAG_TYPE: "GPU workers"}
+    pod = {"metadata": {"labels": labels, "annotations": {**annotations, "other": "x"}}}
+    assert tags_of(pod) == tags
+    patch = tag_patch({TAG_TYPE: "cpu"})  # now a label: the annotation goes
+    assert patch["metadata"]["labels"] == {TAG_TYPE: "cpu"}
+    assert patch["metadata"]["annotations"] == {ANNOTATION_PREFIX + TAG_TYPE: None}
+
+
+def test_a_cluster_name_that_cannot_label_pods_is_refused_with_the_fix() -> None:
+    assert label_problem("example-cluster") is None
+    problem = label_problem("my cluster")
+    assert problem is not None and "rename the cluster" in problem
+
+
+def test_pods_as_nodes() -> None:
+    running = to_node(_pod(phase="Running", podIP="127.18.0.5"))
+    assert running is not None
+    assert (running.id, running.kind, running.node_type) == (
+        "c-worker-abcde",
+        NodeKind.WORKER,
+        "cpu",
+    )
+    assert running.ip == "127.18.0.5" and running.state is NodeState.RUNNING
+    assert running.tags["note"] == "two words" and running.status is NodeStatus.UNINITIALIZED
+    assert running.created_at == pytest.approx(1795600800.0)
+    pending = to_node(_pod(phase="Pending"))
+    assert pending is not None and pending.state is NodeState.PENDING and pending.ip is None
+    for phase in ("Failed", "Succeeded"):  # its container ended, and Ray with it
+        ended = to_node(_pod(phase=phase, reason="Evicted"))
+        assert ended is not None and ended.state is NodeState.DEAD
+    deleting = _pod(phase="Running")
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-25T10:05:00Z"
+    assert to_node(deleting) is None
+    stranger = _pod(phase="Running")
+    del stranger["metadata"]["labels"][TAG_KIND]
+    assert to_node(stranger) is None
+
+
+def test_unschedulable_is_read_from_the_pod_scheduled_condition() -> None:
+    stuck = _pod(
+        phase="Pending",
+        conditions=[
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient cpu.",
+            }
+        ],
+    )
+    assert unschedulable(stuck) == "0/3 nodes are available: 3 Insufficient cpu."
+    placed = _pod(phase="Pending", conditions=[{"type": "PodScheduled", "status": "True"}])
+    assert unschedulable(placed) is None and unschedulable(_pod()) is None
+
+
+def test_pod_body_keeps_the_manifest_and_adds_the_nodes_labels() -> None:
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "ray-head-", "labels": {"component": "ray-head"}},
+        "spec": {"containers": [{"name": "ray-node", "image": "rayproject/ray"}]},
+    }
+    body = pod_body(
+        manifest,
+        cluster_name="c",
+        kind=NodeKind.HEAD,
+        tags={TAG_CLUSTER: "c", TAG_KIND: "head", TAG_TYPE: "head type"},
+        service_account="sa",
+    )
+    assert body["metadata"]["generateName"] == "ray-head-"
+    assert body["metadata"]["labels"] == {
+        "component": "ray-head",
+        TAG_CLUSTER: "c",
+        TAG_KIND: "head",
+    }
+    assert body["metadata"]["annotations"] == {ANNOTATION_PREFIX + TAG_TYPE: "head type"}
+    assert body["spec"]["serviceAccountName"] == "sa"
+    assert body["spec"]["containers"] == manifest["spec"]["containers"]
+    assert manifest["metadata"]["labels"] == {"component": "ray-head"}  # not changed
+    named = pod_body(
+        {"metadata": {"name": "fixed"}, "spec": {"serviceAccountName": "own"}},
+        cluster_name="My_Cluster",
+        kind=NodeKind.WORKER,
+        tags={},
+        service_account="sa",
+    )
+    assert "name" not in named["metadata"]
+    assert named["metadata"]["generateName"] == name_prefix("My_Cluster", NodeKind.WORKER)
+    assert named["metadata"]["generateName"] == "my-cluster-worker-"
+    assert named["spec"]["serviceAccountName"] == "own"
+
+
+def _settings(**keys: Any) -> KubernetesProviderConfig:
+    return KubernetesProviderConfig(
+        type="kubernetes",
+        extra={},
+        namespace="ray",
+        use_internal_ips=True,
+        service_account=keys.get("service_account"),
+        role=keys.get("role"),
+        role_binding=keys.get("role_binding"),
+        services=(),
+    )
+
+
+def test_the_autoscalers_objects_are_the_configs_or_the_launchers_own() -> None:
+    account, role, binding = (m for _, m in autoscaler_objects(_settings()))
+    assert name_of(account) == name_of(role) == name_of(binding) == DEFAULT_NAME
+    assert role["rules"] == [dict(r) for r in AUTOSCALER_RULES]
+    resources = {r for rule in role["rules"] for r in rule["resources"]}
+    assert resources == {"pods", "pods/status", "pods/exec", "services"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": DEFAULT_NAME}]
+    given = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "autoscaler"}}
+    account, _, binding = (m for _, m in autoscaler_objects(_settings(service_account=given)))
+    assert account == given
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "autoscaler"}]

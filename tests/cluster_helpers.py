@@ -60,6 +60,23 @@ def start(
     )
 
 
+def killed_after(delay: float, env: dict[str, str], *args: str) -> None:
+    """Run the launcher with `args`, and SIGKILL it (its whole process group) if it has not
+    ended after `delay` seconds."""
+    process = subprocess.Popen(
+        [LAUNCHER, *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        process.wait(delay)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(30)
+
+
 def status(config: Path) -> dict[str, Any]:
     result = run("status", "--json", str(config), timeout=60)
     assert result.returncode == 0, result.stderr

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.cluster_helpers import LAUNCHER, run
+from tests.cluster_helpers import killed_after, run
 from tests.gce_fake import PROJECT, GceServer
 from tests.gce_hosts import GceHosts
 from tests.ssh_hosts import isolation_unavailable
@@ -66,18 +64,7 @@ class Chaos:
     env: dict[str, str]
 
     def killed_after(self, delay: float, *args: str) -> None:
-        process = subprocess.Popen(
-            [LAUNCHER, *args],
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        try:
-            process.wait(delay)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(30)
+        killed_after(delay, self.env, *args)
 
     def left(self) -> list[str]:
         found = [

@@ -6,6 +6,7 @@ pods Running; nothing runs in them."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,10 +73,9 @@ metadata: {{launcher: {{fallbacks: {{big: [worker]}}}}}}"""
     try:
         for _ in range(3):  # big fails once; then it is out, and its fallback stands in
             daemon.tick()
-            deadline = 60.0
-            while daemon.executor.pending() and deadline > 0:
-                daemon.wake.wait(0.1)
-                deadline -= 0.1
+            deadline = time.monotonic() + 60
+            while daemon.executor.pending() and time.monotonic() < deadline:
+                time.sleep(0.05)
     finally:
         daemon.executor.shutdown()
     workers = [n for n in provider.nodes() if n.kind is NodeKind.WORKER]

@@ -113,7 +113,7 @@ class Daemon:
         )
         self.wake = threading.Event()  # a launch finished: tick now, to set its nodes up
         self.clock = clock  # for listing ages and backoffs
-        self.listing = NodeListing(provider.nodes, clock=clock)
+        self.listing = NodeListing(provider.nodes, provider.listing_max_age_s, clock)
         self.executor = Executor(
             provider, config, self._decided, clock=clock, on_done=self._launch_done
         )

@@ -111,6 +111,10 @@ class NodeProvider(ABC):
     # Whether the nodes are reached over SSH with the config's `auth` (so commands that
     # reach them from the user's machine need `auth.ssh_private_key` there).
     logs_in_over_ssh = False
+    # How old the autoscaler lets its copy of `nodes()` get while nothing changes
+    # (autoscaler/listing.py): a cloud's listing counts against the account's API quota,
+    # so Ray's 5 s tick; 0 lists on every 1 s tick.
+    listing_max_age_s = 5.0
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         self.config = config

@@ -112,8 +112,8 @@ class NodeProvider(ABC):
     # reach them from the user's machine need `auth.ssh_private_key` there).
     logs_in_over_ssh = False
     # How old the autoscaler lets its copy of `nodes()` get while nothing changes
-    # (autoscaler/listing.py): a cloud's listing counts against the account's API quota,
-    # so Ray's 5 s tick; 0 lists on every 1 s tick.
+    # (autoscaler/listing.py): Ray's 5 s tick; a listing counts against a cloud's API quota
+    # and costs the head CPU (0: list on every 1 s tick).
     listing_max_age_s = 5.0
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:

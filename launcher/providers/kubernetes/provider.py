@@ -62,9 +62,6 @@ POLL_S = (0.1, 1.0)  # first and longest pause between listings while waiting
 
 class KubernetesProvider(NodeProvider):
     installs_launcher_on_head = True
-    # The API server is the cluster's own (no per-project read quota) and a label-selected
-    # list is one cheap call: listed on every tick, so a pod that vanished is seen at once.
-    listing_max_age_s = 0.0
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         super().__init__(config, on_head)

@@ -6,6 +6,7 @@ pods Running; nothing runs in them."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,3 +136,29 @@ def test_missing_credentials_and_namespace_are_one_line_each(
     with pytest.raises(UsageError, match="namespace missing does not exist"):
         provider_for(text)
     assert json.dumps(server.get("namespaces", "missing")) == "null"  # not created
+
+
+def test_a_launch_waits_for_the_schedulers_decision(
+    server: KubeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scheduler that decides late (a loaded control plane): a pod it has not yet looked
+    at is neither placed nor unschedulable. The launch waits for the decision instead of
+    returning the pod as launched (which CI caught under load: the capacity failure of a
+    type that fits nowhere was never raised)."""
+    decide = server.cluster.schedule_once
+    late = threading.Event()
+
+    def slow() -> None:
+        if not late.is_set():
+            late.wait(1.0)  # the first passes are a second late
+            late.set()
+        decide()
+
+    monkeypatch.setattr(server.cluster, "schedule_once", slow)
+    types = f"  big: {{node_config: {pod('64')}, resources: {{CPU: 64}}, max_workers: 1}}"
+    provider = provider_for(config_text("late", types=types).replace("0.5", "5"))
+    with pytest.raises(CapacityError):
+        provider.create_nodes(provider.config.node_types["big"], NodeKind.WORKER, 1, {})
+    (node,) = provider.create_nodes(provider.config.node_types["worker"], NodeKind.WORKER, 1, {})
+    assert server.pod("ray", node.id)["spec"]["nodeName"]  # type: ignore[index]
+    provider.terminate_nodes([node.id])

@@ -265,7 +265,7 @@ class KubernetesHarness:
 
         text = (
             f"cluster_name: {cluster}\nmax_workers: 8\n"
-            "provider: {type: kubernetes, namespace: ray, scheduling_timeout_s: 1}\n"
+            "provider: {type: kubernetes, namespace: ray, scheduling_timeout_s: 3}\n"
         )
         text += TYPES_TEXT.replace("SCARCE", pod("64")).replace("NODE", pod("100m"))
         return parse_config(text, f"{cluster}.yaml", Overrides())

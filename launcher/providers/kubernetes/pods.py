@@ -99,6 +99,11 @@ def unschedulable(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
+def scheduled(pod: Mapping[str, Any]) -> bool:
+    """Whether the scheduler has placed the pod on a node."""
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
 def to_node(pod: Mapping[str, Any]) -> Node | None:
     """The node a pod is, or None when it is not one of the cluster's live nodes."""
     metadata = pod.get("metadata") or {}

@@ -47,6 +47,7 @@ from launcher.providers.kubernetes.pods import (
     cluster_selector,
     label_problem,
     pod_body,
+    scheduled,
     tag_patch,
     to_node,
     unschedulable,
@@ -198,8 +199,8 @@ class KubernetesProvider(NodeProvider):
             pods = self._pods(_launch_selector(self.cluster_name, request_id))
             stuck = {str(p["metadata"]["name"]): unschedulable(p) for p in pods}
             stuck = {name: why for name, why in stuck.items() if why}
-            if not stuck or time.monotonic() >= deadline:
-                break
+            if all(scheduled(p) for p in pods) or time.monotonic() >= deadline:
+                break  # placed (or, past the deadline, still pending: listed as such)
             time.sleep(pause)
             pause = min(pause * 2, POLL_S[1])
         nodes = [n for n in (to_node(p) for p in pods) if n is not None]

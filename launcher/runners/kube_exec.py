@@ -13,10 +13,11 @@ the command's fate is unknown. Files are copied as tar streams (kube_copy.py).
 
 from __future__ import annotations
 
+import functools
 import tarfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +224,7 @@ class KubeExecRunner:
                 try:
                     stdout, stderr = session.pump(wait)
                 except ConnectionLost as exc:
-                    if start.pid is None:
+                    if not start.started:
                         raise ExecNotStarted(f"connection lost: {exc}", retryable=True) from exc
                     output.tail.append(f"(connection to {self.where} lost: {exc})")
                     return CommandResult(CONNECTION_LOST, output.text())
@@ -233,7 +234,7 @@ class KubeExecRunner:
             err.finish()
             status = session.status()
         if status is None:
-            if start.pid is None:
+            if not start.started:
                 raise ExecNotStarted("the exec ended without a status", retryable=True)
             output.tail.append(f"(connection to {self.where} lost: no exit status came)")
             return CommandResult(CONNECTION_LOST, output.text())
@@ -323,48 +324,61 @@ class KubeExecRunner:
     def put(self, local: str, remote: str, *, excludes: tuple[str, ...] = ()) -> None:
         plan = plan_put(local)
         argv = put_argv(plan, self.remote_path(remote))
-        for attempt in self._attempts():
-            try:
-                with self.open(argv, stdin=True) as session:
-                    return _send_tar(session, plan, excludes, local)
-            except ExecNotStarted as exc:
-                if not exc.retryable or attempt == self.attempts:
-                    raise OSError(f"cannot copy {local} to {self.where}: {exc.reason}") from exc
-                self._log(f"(cannot exec in {self.where}: {exc.reason}; attempt {attempt})\n")
+        send = functools.partial(_send_tar, plan=plan, excludes=excludes, local=local)
+        self._copy(f"{local} to {self.where}", argv, send, stdin=True)
 
     def get(self, remote: str, local: str) -> None:
         source = self.remote_path(remote)
+        argv = get_argv(source)
+        receive = functools.partial(_receive_tar, remote=source, local=local)
+        self._copy(f"{remote} from {self.where}", argv, receive, stdin=False)
+
+    def _copy(
+        self,
+        what: str,
+        argv: list[str],
+        transfer: Callable[[ExecSession], None],
+        *,
+        stdin: bool,
+    ) -> None:
+        """Run a copy's exec; one that cannot start or whose connection drops is done
+        again (a copy is safe to repeat), as the SSH runner does."""
         for attempt in self._attempts():
             try:
-                with self.open(get_argv(source)) as session:
-                    return _receive_tar(session, source, local)
-            except ExecNotStarted as exc:
-                if not exc.retryable or attempt == self.attempts:
-                    raise OSError(f"cannot copy {remote} from {self.where}: {exc.reason}") from exc
-                self._log(f"(cannot exec in {self.where}: {exc.reason}; attempt {attempt})\n")
+                with self.open(argv, stdin=stdin) as session:
+                    transfer(session)
+                    return
+            except (ExecNotStarted, ConnectionLost) as exc:
+                why = exc.reason if isinstance(exc, ExecNotStarted) else f"connection lost: {exc}"
+                retry = not isinstance(exc, ExecNotStarted) or exc.retryable
+                self._log(f"(copying {what}: {why}; attempt {attempt} of {self.attempts})\n")
+                if not retry or attempt == self.attempts:
+                    raise OSError(f"cannot copy {what}: {why}") from exc
 
 
 class _Start:
     """Reads the process id the command reports before its own output."""
 
     def __init__(self) -> None:
+        self.started = False  # the report came (or output that is not one)
         self.pid: int | None = None
-        self._head: bytes | None = b""  # None once past the report
+        self._head = b""
 
     def feed(self, data: bytes) -> bytes:
         """The command's own output in `data`."""
-        if self._head is None:
+        if self.started:
             return data
         self._head += data
-        if not _MARK.startswith(self._head[: len(_MARK)]):
-            data, self._head = self._head, None  # no report: all of it is output
-            return data
+        head = self._head[: len(_MARK)]
+        if head != _MARK[: len(head)]:
+            self.started = True  # no report: all of it is output
+            return self._head
         line, newline, rest = self._head.partition(b"\n")
         if not newline:
             return b""
-        self._head = None
+        self.started = True
         digits = line[len(_MARK) :]
-        self.pid = int(digits) if digits.isdigit() else 0
+        self.pid = int(digits) if digits.isdigit() else None
         return rest
 
 
@@ -376,9 +390,9 @@ def _send_tar(session: ExecSession, plan: PutPlan, excludes: tuple[str, ...], lo
         sink.flush()
         session.close_stdin()
         session.drain(lambda _out, err: sink.errors.extend(err))
-    except ConnectionLost as exc:
+    except ConnectionLost:
         if session.is_open or session.status() is None:
-            raise OSError(f"copying {local}: the connection was lost: {exc}") from exc
+            raise
         # else the command ended before taking all of it: its status says why
     _raise_unless_ok(session, sink.errors, f"copying {local}")
 
@@ -387,18 +401,15 @@ def _receive_tar(session: ExecSession, remote: str, local: str) -> None:
     """Unpack the pod's `tar -c` as it comes; the pod's own error when it made none."""
     reader = StdoutReader(session)
     try:
-        try:
-            extract_tar(reader, remote, local)
-        except UnsafeArchive:
-            raise
-        except (tarfile.TarError, OSError) as exc:
-            session.drain(lambda _out, err: reader.errors.extend(err))
-            status = session.status()
-            if status is None or status.exit_code == 0:
-                raise OSError(f"copying {remote}: {exc}") from exc
+        extract_tar(reader, remote, local)
+    except UnsafeArchive:
+        raise
+    except (tarfile.TarError, OSError) as exc:  # no tar, or a broken one: the pod says why
         session.drain(lambda _out, err: reader.errors.extend(err))
-    except ConnectionLost as exc:
-        raise OSError(f"copying {remote}: the connection was lost: {exc}") from exc
+        status = session.status()
+        if status is None or status.exit_code == 0:
+            raise OSError(f"copying {remote}: {exc}") from exc
+    session.drain(lambda _out, err: reader.errors.extend(err))
     _raise_unless_ok(session, reader.errors, f"copying {remote}")
 
 

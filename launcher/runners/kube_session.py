@@ -10,6 +10,7 @@ trying again can help) and a connection lost while the command ran (`ConnectionL
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import select
@@ -24,7 +25,6 @@ PUMP_BYTES = 4 << 20  # one read of output returns after this much
 
 # websocket-client reports a refused upgrade as "Handshake status 404 Not Found -+-+- ...".
 _HANDSHAKE = re.compile(r"Handshake status (\d{3})")
-_MESSAGE = re.compile(r'"message"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
 
 class ExecNotStarted(Exception):
@@ -78,15 +78,38 @@ def not_started(exc: BaseException) -> ExecNotStarted:
     from kubernetes.client.exceptions import ApiException
 
     if isinstance(exc, ApiException):
-        text = str(exc.reason or "") + " " + str(exc.body or "")
+        text = str(exc.reason or "")
         match = _HANDSHAKE.search(text)
         status = int(match.group(1)) if match else int(exc.status or 0)
-        message = _MESSAGE.search(text)
-        detail = message.group(1) if message else (str(exc.reason or "") or type(exc).__name__)
+        detail = _status_message(exc.body) or _refusal_message(text) or text or type(exc).__name__
         if status == 0:
             return ExecNotStarted(_network_reason(detail), retryable=True)
         return ExecNotStarted(f"{detail} (HTTP {status})", retryable=status >= 500 or status == 429)
     return ExecNotStarted(_network_reason(str(exc) or type(exc).__name__), retryable=True)
+
+
+def _refusal_message(text: str) -> str | None:
+    """The message of the Status the server answered a refused upgrade with: websocket-client
+    puts the body's repr last, after " -+-+- "."""
+    _, separator, body = text.rpartition("-+-+- ")
+    if not separator:
+        return None
+    try:
+        return _status_message(ast.literal_eval(body.strip()))
+    except (ValueError, SyntaxError):
+        return None
+
+
+def _status_message(body: object) -> str | None:
+    """The message of a Status object (JSON text or bytes), if `body` is one."""
+    if not isinstance(body, str | bytes) or not body:
+        return None
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return None
+    message = status.get("message") if isinstance(status, dict) else None
+    return str(message) if message else None
 
 
 def _network_reason(text: str) -> str:

@@ -166,6 +166,19 @@ def test_a_deleted_worker_pod_is_replaced(kube: KubeCluster) -> None:
     wait_for(lambda: "alive 2" in kube.alive(), 180, "Ray to see the new worker")
 
 
+def test_the_autoscaler_in_the_head_pod_scales_on_rays_demand(kube: KubeCluster) -> None:
+    ask = (
+        "python -c 'import ray; from ray.autoscaler.sdk import request_resources; "
+        "ray.init(); request_resources(num_cpus=3)'"
+    )
+    result = kube.run("exec", str(kube.path), ask)
+    assert result.returncode == 0, result.stdout + result.stderr
+    wait_for(lambda: len(kube.running("worker")) == 2, 180, "a second worker pod")
+    wait_for(lambda: "alive 3" in kube.alive(), 180, "Ray to see three nodes")
+    log = kube.run("monitor", "--no-follow", str(kube.path)).stdout
+    assert "launch 1 x worker_node" in log, log
+
+
 def test_down_leaves_no_pod_service_or_account(kube: KubeCluster) -> None:
     result = kube.run("down", "-y", "--purge", str(kube.path))
     out = result.stdout + result.stderr

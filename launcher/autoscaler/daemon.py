@@ -33,7 +33,14 @@ from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError
 from launcher.events import Event, NodeProgress
 from launcher.pricing import load_prices
-from launcher.providers.base import Node, NodeKind, NodeProvider, NodeState, NodeStatus
+from launcher.providers.base import (
+    Node,
+    NodeKind,
+    NodeProvider,
+    NodeState,
+    NodeStatus,
+    head_of,
+)
 from launcher.providers.factory import make_provider
 from launcher.providers.registry import SPECS
 from launcher.updater.updater import NodeUpdater, UpdateOptions
@@ -65,10 +72,6 @@ class _Choice:
             or self.result.launches()
             or self.setups
         )
-
-
-def _head(nodes: list[Node]) -> Node | None:
-    return next((n for n in nodes if n.kind is NodeKind.HEAD), None)
 
 
 def _setups(listed: list[Node], skip: set[str], resync: bool) -> list[tuple[Node, bool]]:
@@ -113,7 +116,7 @@ class Daemon:
         )
         self.wake = threading.Event()  # a launch finished: tick now, to set its nodes up
         self.clock = clock  # for listing ages and backoffs
-        self.listing = NodeListing(provider.nodes, provider.listing_max_age_s, clock)
+        self.listing = NodeListing(provider.nodes, clock=clock)
         self.executor = Executor(
             provider, config, self._decided, clock=clock, on_done=self._launch_done
         )
@@ -148,7 +151,7 @@ class Daemon:
             self.updating = {k: v for k, v in self.updating.items() if k in busy}
         self.executor.collect()
         listed, just_read = self.listing.current()
-        demand = self._demand(_head(listed))
+        demand = self._demand(head_of(listed))
         ray_nodes = frozenset((n.ip, n.alive) for n in demand.nodes)
         if ray_nodes != self.ray_nodes and not just_read:
             listed, just_read = self.listing.fresh(), True  # Ray saw nodes come or go
@@ -162,7 +165,7 @@ class Daemon:
     def _choose(self, listed: list[Node], busy: set[str], demand: Demand, resync: bool) -> _Choice:
         """What this tick would do, given the listing: decided, not done."""
         nodes = listed + self.executor.unlisted(listed)
-        head = _head(nodes)
+        head = head_of(nodes)
         preempted = [n for n in nodes if n.state is NodeState.PREEMPTED]
         broken = broken_workers(self.config, nodes, busy, demand.nodes)
         unavailable = self._unavailable()

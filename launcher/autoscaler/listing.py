@@ -5,10 +5,10 @@ cloud's instances that often would cost a listing call per second per cluster ag
 project's API quota (GCE counts reads per minute, EC2 throttles DescribeInstances). The
 listing is read again only when it may have changed or is about to be acted on:
 
-- it is older than `max_age_s` (the provider's `listing_max_age_s`, 5 s: Ray's own
-  autoscaler tick, so a node taken away without Ray noticing is seen no later than Ray's
-  autoscaler would see it; listing 1,000 pods every second would cost the head ~15% of a
-  core, measured in bench/bench_kubernetes.py);
+- it is older than `max_age_s` (5 s: Ray's own autoscaler tick, so a node taken away
+  without Ray noticing is seen no later than Ray's autoscaler would see it; listing 1,000
+  pods every second would cost the head ~15% of a core, measured in
+  bench/bench_kubernetes.py);
 - this process changed the nodes or saw them change (a launch finished, nodes were
   terminated, a setup ended, Ray's node table changed): `invalidate()`;
 - a tick is about to launch, terminate or set up nodes: `fresh()`, so that no action is

@@ -28,7 +28,14 @@ from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError, UsageError
 from launcher.events import EventSink, Message, NodeProgress
 from launcher.paths import cluster_dir
-from launcher.providers.base import TAG_STATUS, Node, NodeKind, NodeProvider, NodeStatus
+from launcher.providers.base import (
+    TAG_STATUS,
+    Node,
+    NodeKind,
+    NodeProvider,
+    NodeStatus,
+    head_of,
+)
 from launcher.providers.factory import make_provider
 from launcher.providers.registry import provider_spec
 from launcher.updater.updater import NodeUpdater, UpdateOptions
@@ -279,7 +286,8 @@ def down(
                 nodes = provider.nodes()
                 targets = _down_targets(config, nodes, workers_only, keep_min_workers)
         _terminate(provider, targets, events)
-        targets = first + [n for n in targets if n.id not in {f.id for f in first}]
+        done_first = {n.id for n in first}
+        targets = first + [n for n in targets if n.id not in done_first]
         if daemon is DaemonStop.KILLED:
             targets += _terminate_late_arrivals(provider, {n.id for n in targets}, events)
         removed: list[str] = []
@@ -353,7 +361,7 @@ def _stop_autoscaler(
 ) -> DaemonStop:
     """Stop the autoscaler on the cluster's head, whatever the head's status tag says: a
     tag is not proof that no autoscaler runs there."""
-    head = next((n for n in nodes if n.kind is NodeKind.HEAD), None)
+    head = head_of(nodes)
     if head is None:
         return DaemonStop.NOT_RUNNING
     if head.ip is None:

@@ -111,10 +111,6 @@ class NodeProvider(ABC):
     # Whether the nodes are reached over SSH with the config's `auth` (so commands that
     # reach them from the user's machine need `auth.ssh_private_key` there).
     logs_in_over_ssh = False
-    # How old the autoscaler lets its copy of `nodes()` get while nothing changes
-    # (autoscaler/listing.py): Ray's 5 s tick; a listing counts against a cloud's API quota
-    # and costs the head CPU (0: list on every 1 s tick).
-    listing_max_age_s = 5.0
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         self.config = config
@@ -271,8 +267,13 @@ class NodeProvider(ABC):
         return self.config.auth.ssh_private_key
 
     def head(self) -> Node | None:
-        heads = [n for n in self.nodes() if n.kind is NodeKind.HEAD]
-        return min(heads, key=lambda n: n.created_at) if heads else None
+        return head_of(self.nodes())
 
     def workers(self) -> list[Node]:
         return [n for n in self.nodes() if n.kind is NodeKind.WORKER]
+
+
+def head_of(nodes: Sequence[Node]) -> Node | None:
+    """The cluster's head among `nodes` (the oldest, should there be more than one)."""
+    heads = [n for n in nodes if n.kind is NodeKind.HEAD]
+    return min(heads, key=lambda n: n.created_at) if heads else None

@@ -40,7 +40,7 @@ from launcher.runners.kube_session import (
     StdoutReader,
     not_started,
 )
-from launcher.runners.shell import LineBuffer, OutputLines, login_shell_argv
+from launcher.runners.shell import LineBuffer, OutputLines, append_to_log, login_shell_argv
 
 __all__ = ["KubeExecRunner", "pod_port_opener"]
 
@@ -305,9 +305,7 @@ class KubeExecRunner:
         return CommandResult(status.exit_code, status.message)
 
     def _log(self, text: str) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("a", encoding="utf-8") as log:
-            log.write(text)
+        append_to_log(self.log_path, text)
 
     # -- files ------------------------------------------------------------------------
     def remote_path(self, path: str) -> str:

@@ -1,12 +1,14 @@
 """What the remote runners (SSH, Kubernetes exec) share about running a command: the login
 shell it runs in, with its environment given as `env NAME=value` arguments, and the
-handling of its output lines (the node's log, the tail kept for error messages, `echo`)."""
+handling of its output lines (the node's log, the tail kept for error messages, `echo`)
+and the log file itself."""
 
 from __future__ import annotations
 
 import re
 from collections import deque
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TextIO
 
 from launcher.runners.base import OutputSink
@@ -87,3 +89,10 @@ class LineBuffer:
             self.output.line(held)
         if pending:
             self.output.line(pending)
+
+
+def append_to_log(path: Path, text: str) -> None:
+    """Add `text` to a node's log file (its directory made if missing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as log:
+        log.write(text)

@@ -38,7 +38,7 @@ from launcher.runners.copy import (
     ssh_command,
 )
 from launcher.runners.known_hosts import KnownHosts
-from launcher.runners.shell import LineBuffer, OutputLines, login_shell_argv
+from launcher.runners.shell import LineBuffer, OutputLines, append_to_log, login_shell_argv
 from launcher.runners.ssh_target import SSHTarget
 
 __all__ = ["SSHRunner", "SSHTarget"]
@@ -265,9 +265,7 @@ class SSHRunner:
         return CommandResult(code, output.text())
 
     def _log(self, text: str) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("a", encoding="utf-8") as log:
-            log.write(text)
+        append_to_log(self.log_path, text)
 
     # -- files ----------------------------------------------------------------------
     def remote_path(self, path: str) -> str:

@@ -21,7 +21,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,13 +115,13 @@ class KubernetesProvider(NodeProvider):
                 ) from exc
             if status_of(exc) == 403:
                 return  # may not read namespaces; the objects' creation will say more
-            raise ProviderError(
-                f"cannot reach the Kubernetes API ({self.apis.source}): {message_of(exc)}"
-            ) from exc
+            raise self._unreachable(exc) from exc
         except OSError as exc:
-            raise ProviderError(
-                f"cannot reach the Kubernetes API ({self.apis.source}): {exc}"
-            ) from exc
+            raise self._unreachable(exc) from exc
+
+    def _unreachable(self, exc: Exception) -> ProviderError:
+        why = message_of(exc) if status_of(exc) else str(exc)
+        return ProviderError(f"cannot reach the Kubernetes API ({self.apis.source}): {why}")
 
     def _service_account(self) -> str:
         return name_of(autoscaler_objects(self.settings)[0][1])
@@ -140,20 +140,20 @@ class KubernetesProvider(NodeProvider):
                 f"cannot list the pods of cluster {self.cluster_name}: {message_of(exc)}"
             ) from exc
         except OSError as exc:
-            raise ProviderError(
-                f"cannot reach the Kubernetes API ({self.apis.source}): {exc}"
-            ) from exc
+            raise self._unreachable(exc) from exc
         return items
 
+    def _pod_names(self) -> set[str]:
+        """The names of the cluster's pods, those being deleted included."""
+        return {str(p["metadata"]["name"]) for p in self._pods(cluster_selector(self.cluster_name))}
+
     def nodes(self) -> list[Node]:
-        found = (to_node(p) for p in self._pods(cluster_selector(self.cluster_name)))
-        return [n for n in found if n is not None]
+        return _as_nodes(self._pods(cluster_selector(self.cluster_name)))
 
     def made_by(self, request_id: str | None) -> list[Node]:
         if not request_id:
             return []
-        pods = self._pods(_launch_selector(self.cluster_name, request_id))
-        return [n for n in (to_node(p) for p in pods) if n is not None]
+        return _as_nodes(self._pods(_launch_selector(self.cluster_name, request_id)))
 
     def create_nodes(
         self,
@@ -194,28 +194,25 @@ class KubernetesProvider(NodeProvider):
         """Wait until the launch's pods are placed; those still unschedulable after
         `scheduling_timeout_s` are deleted and reported as a capacity failure."""
         deadline = time.monotonic() + self.settings.scheduling_timeout_s
-        pause = POLL_S[0]
-        while True:
+        for pause in _pauses():
             pods = self._pods(_launch_selector(self.cluster_name, request_id))
-            stuck = {str(p["metadata"]["name"]): unschedulable(p) for p in pods}
-            stuck = {name: why for name, why in stuck.items() if why}
             if all(scheduled(p) for p in pods) or time.monotonic() >= deadline:
                 break  # placed (or, past the deadline, still pending: listed as such)
             time.sleep(pause)
-            pause = min(pause * 2, POLL_S[1])
-        nodes = [n for n in (to_node(p) for p in pods) if n is not None]
+        stuck = {str(p["metadata"]["name"]): unschedulable(p) for p in pods}
+        stuck = {name: why for name, why in stuck.items() if why}
+        nodes = _as_nodes(pods)
         if not stuck:
             return nodes
         self._delete(list(stuck))
         self._wait_gone(list(stuck))
         detail = next(iter(stuck.values()))
-        return_nodes = [n for n in nodes if n.id not in stuck]
         raise CapacityError(
             node_type.name,
             ("",),
             f"{len(stuck)} pod(s) unschedulable for {self.settings.scheduling_timeout_s:g} s: "
             f"{detail}",
-            created=return_nodes,
+            created=[n for n in nodes if n.id not in stuck],
         )
 
     def terminate_nodes(self, node_ids: Sequence[str]) -> None:
@@ -242,12 +239,8 @@ class KubernetesProvider(NodeProvider):
         are stopped)."""
         wanted = set(names)
         deadline = time.monotonic() + GONE_WAIT_S
-        pause = POLL_S[0]
-        while True:
-            present = {
-                str(p["metadata"]["name"]) for p in self._pods(cluster_selector(self.cluster_name))
-            }
-            left = wanted & present
+        for pause in _pauses():
+            left = wanted & self._pod_names()
             if not left:
                 return
             if time.monotonic() >= deadline:
@@ -256,7 +249,6 @@ class KubernetesProvider(NodeProvider):
                     f"{', '.join(sorted(left))}"
                 )
             time.sleep(pause)
-            pause = min(pause * 2, POLL_S[1])
 
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
         try:
@@ -268,7 +260,7 @@ class KubernetesProvider(NodeProvider):
 
     def cleanup(self, purge: bool = False) -> list[str]:
         removed = []
-        left = [str(p["metadata"]["name"]) for p in self._pods(cluster_selector(self.cluster_name))]
+        left = sorted(self._pod_names())
         if left:
             self._delete(left)
             self._wait_gone(left)
@@ -303,6 +295,18 @@ class KubernetesProvider(NodeProvider):
 
     def head_python(self) -> str:
         return self.settings.head_python or "python3"
+
+
+def _as_nodes(pods: Iterable[Mapping[str, Any]]) -> list[Node]:
+    return [n for n in (to_node(p) for p in pods) if n is not None]
+
+
+def _pauses() -> Iterator[float]:
+    """Pauses between listings while waiting: from POLL_S[0], doubling up to POLL_S[1]."""
+    pause = POLL_S[0]
+    while True:
+        yield pause
+        pause = min(pause * 2, POLL_S[1])
 
 
 def _launch_selector(cluster_name: str, request_id: str) -> str:

@@ -547,3 +547,28 @@ def test_a_quota_failure_avoids_every_zone_of_the_type() -> None:
     _settle(executor)
     assert executor.capacity.avoided_zones("spot", time.monotonic()) == {"zone-a", "zone-b"}
     assert any("spot: over its quota in zone-b" in line for line in logged)
+
+
+def test_a_preemption_is_remembered_before_the_tick_plans_its_replacement(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Spot taken back in every zone: the same tick launches the fallback, never the spot
+    type into zones it has just been taken back in (which would fail, and double the wait)."""
+    daemon, cloud = _daemon(
+        monkeypatch,
+        tmp_path,
+        {("spot", "zone-a"): 1, ("spot", "zone-b"): 1, ("ondemand", "zone-a"): 5},
+    )
+    _tick(daemon)
+    assert sorted((n.node_type, n.zone) for n in cloud.made) == [
+        ("spot", "zone-a"),
+        ("spot", "zone-b"),
+    ]
+    cloud.made = [dataclasses.replace(n, state=NodeState.PREEMPTED) for n in cloud.made]
+    calls_before = len(cloud.calls)
+    _later(daemon, LISTING_MAX_AGE_S)
+    _tick(daemon)
+    assert [c[0] for c in cloud.calls[calls_before:]] == ["ondemand"]
+    assert sorted(n.node_type for n in cloud.made) == ["ondemand", "ondemand"]
+    unavailable = daemon._unavailable()["spot"]
+    assert unavailable == "preempted in zone-a, zone-b"

@@ -91,7 +91,9 @@ def _setups(listed: list[Node], skip: set[str], resync: bool) -> list[tuple[Node
 
 def log(text: str) -> None:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    print(f"{stamp} {text}", flush=True)
+    # One write per line: lines logged by two threads at once stay whole.
+    sys.stdout.write(f"{stamp} {text}\n")
+    sys.stdout.flush()
 
 
 class Daemon:
@@ -167,6 +169,7 @@ class Daemon:
         nodes = listed + self.executor.unlisted(listed)
         head = head_of(nodes)
         preempted = [n for n in nodes if n.state is NodeState.PREEMPTED]
+        self._note_preempted(preempted)  # a fact, before the plan: the type is avoided now
         broken = broken_workers(self.config, nodes, busy, demand.nodes)
         unavailable = self._unavailable()
         view = snapshot(
@@ -182,11 +185,14 @@ class Daemon:
         setups = [] if head is None else _setups(listed, busy | gone, resync)
         return _Choice(nodes, head, preempted, broken, unavailable, result, setups)
 
-    def _act(self, choice: _Choice, demand: Demand) -> None:
-        for node in choice.preempted:
+    def _note_preempted(self, preempted: list[Node]) -> None:
+        """Tell the executor of each node the provider took back, once while it is listed."""
+        for node in preempted:
             if node.id not in self.preempted:
                 self.executor.preempted(node)
-        self.preempted = {n.id for n in choice.preempted}  # each remembered once, while listed
+        self.preempted = {n.id for n in preempted}
+
+    def _act(self, choice: _Choice, demand: Demand) -> None:
         for node_id, reason in choice.broken:
             self._decided(f"terminate {node_id}: {reason}", "terminate")
         result = choice.result

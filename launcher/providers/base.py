@@ -243,11 +243,22 @@ class NodeProvider(ABC):
         return contextlib.nullcontext()
 
     def before_ray_start(self, node: Node, runner: CommandRunner) -> str | None:
-        """Called before a node's start-ray commands run (again). Where a node is a machine
-        of its own: stops the Ray running there, with the Ray the start commands use (their
-        own `ray stop` may name another, or none), and checks that none is left. Returns
-        what it could not stop (one line), else None."""
+        """Called before a node's start-ray commands run (again): stops the Ray running
+        there (`stop_node_ray`). Returns what it could not stop (one line), else None."""
+        return self.stop_node_ray(node, runner)
+
+    def stop_node_ray(self, node: Node, runner: CommandRunner) -> str | None:
+        """Stop `node`'s Ray and check that none of it is left. Where a node is a machine
+        of its own: with the Ray the start commands use (their own `ray stop` may name
+        another, or none). Returns what it could not stop (one line), else None."""
         return stop_ray(runner, self.ray_paths(head=node.kind is NodeKind.HEAD), STOP_TIMEOUT_S)
+
+    def reclaim_node(self, node: Node) -> bool:
+        """Take `node` away as a cloud reclaims a spot machine, where the provider can play
+        that part (the localhost provider, for types marked `simulated_spot`): the node's
+        machine goes, and it is listed PREEMPTED until terminated. False (nothing done)
+        where it cannot; callers then terminate the node instead."""
+        return False
 
     def ray_paths(self, *, head: bool) -> tuple[str, ...]:
         """The `ray` executables a node's start commands name by path."""

@@ -7,6 +7,7 @@ import contextlib
 import selectors
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,34 +20,65 @@ def direct(host: str) -> PortOpener:
     return lambda port: socket.create_connection((host, port), timeout=10)
 
 
+# When the command the ports were forwarded for ends, connections still open get this long
+# to finish what they relay (as ssh waits for its forwarded channels before it exits).
+DRAIN_S = 5.0
+
+
 class TcpForwarder:
-    """Listens on 127.0.0.1:`local_port` and relays each connection to the node's port."""
+    """Listens on 127.0.0.1:`local_port` (from construction on: a client may connect as soon
+    as this exists) and relays each connection to the node's port."""
 
     def __init__(self, local_port: int, opener: PortOpener, target_port: int) -> None:
         self.opener = opener
         self.target_port = target_port
         self.server = socket.create_server(("127.0.0.1", local_port), reuse_port=False)
         self.server.settimeout(0.2)
-        self.stopping = threading.Event()
+        self.accepting = threading.Event()
+        self.closing = threading.Event()  # relays still open after the drain are cut
+        self.relays: list[threading.Thread] = []
         self.thread = threading.Thread(target=self._serve, daemon=True, name="port-forward")
 
     def start(self) -> None:
+        self.accepting.set()
         self.thread.start()
 
-    def stop(self) -> None:
-        self.stopping.set()
-        self.thread.join(timeout=2)
+    def stop(self, drain_s: float = DRAIN_S) -> None:
+        """Stop accepting; connections already made (the kernel's backlog included) relay
+        until one side closes, for up to `drain_s`, and are then cut."""
+        self.accepting.clear()
+        if self.thread.ident is not None:
+            self.thread.join(timeout=2)
+        self.server.setblocking(False)
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                break
+            self._spawn(client)
         self.server.close()
+        deadline = time.monotonic() + drain_s
+        for relay in list(self.relays):
+            relay.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.closing.set()
+        for relay in list(self.relays):
+            relay.join(timeout=1)
 
     def _serve(self) -> None:
-        while not self.stopping.is_set():
+        while self.accepting.is_set():
             try:
                 client, _ = self.server.accept()
             except TimeoutError:
                 continue
             except OSError:
                 return
-            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+            self._spawn(client)
+
+    def _spawn(self, client: socket.socket) -> None:
+        client.setblocking(True)
+        relay = threading.Thread(target=self._relay, args=(client,), daemon=True)
+        self.relays.append(relay)
+        relay.start()
 
     def _relay(self, client: socket.socket) -> None:
         try:
@@ -58,8 +90,8 @@ class TcpForwarder:
         selector.register(client, selectors.EVENT_READ, upstream)
         selector.register(upstream, selectors.EVENT_READ, client)
         try:
-            while not self.stopping.is_set():
-                for key, _ in selector.select(timeout=0.5):
+            while not self.closing.is_set():
+                for key, _ in selector.select(timeout=0.2):
                     data = key.fileobj.recv(65536)  # type: ignore[union-attr]
                     if not data:
                         return

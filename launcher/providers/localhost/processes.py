@@ -149,6 +149,18 @@ def stop_processes(pids: Iterable[int], grace_s: float = 3.0) -> list[int]:
     return targets
 
 
+def kill_processes(pids: Iterable[int]) -> list[int]:
+    """SIGKILL at once, as when a machine goes away; waits (up to 2 s) until they are gone.
+    Returns the pids killed."""
+    targets = [pid for pid in pids if is_alive(pid)]
+    for pid in targets:
+        _signal(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline and any(is_alive(p) for p in targets):
+        time.sleep(0.05)
+    return targets
+
+
 def _signal(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)

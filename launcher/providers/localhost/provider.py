@@ -41,12 +41,14 @@ from launcher.providers.base import (
 )
 from launcher.providers.localhost.processes import (
     cluster_processes,
+    kill_processes,
     node_processes,
     snapshot,
     stop_processes,
 )
 from launcher.runners.base import CommandRunner
 from launcher.runners.container import ContainerSpec, container_for
+from launcher.runners.forward import PortOpener
 from launcher.runners.local import LocalProcessRunner
 
 _FIRST_HOST = 2  # 127.0.0.1 is rewritten by Ray to the machine's own address: avoid it
@@ -173,6 +175,21 @@ class LocalhostProvider(NodeProvider):
         data["tags"].update(tags)
         _write_json(path, data)
 
+    def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
+        """The node's own address, else this machine's 127.0.0.1 (what a node's process
+        binds to "localhost", e.g. Ray's dashboard, is there: every node is this machine)."""
+        ip = node.ip or "127.0.0.1"
+
+        def open_port(port: int) -> socket.socket:
+            try:
+                return socket.create_connection((ip, port), timeout=10)
+            except ConnectionRefusedError:
+                if ip == "127.0.0.1":
+                    raise
+                return socket.create_connection(("127.0.0.1", port), timeout=10)
+
+        return open_port
+
     def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
         return LocalProcessRunner(self.nodes_dir / node.id / "home", {}, log_path)
 
@@ -205,10 +222,33 @@ class LocalhostProvider(NodeProvider):
     def ray_start_guard(self, node: Node) -> contextlib.AbstractContextManager[None]:
         return _machine_lock("localhost-ray-start.lock")
 
-    def before_ray_start(self, node: Node, runner: CommandRunner) -> str | None:
+    def stop_node_ray(self, node: Node, runner: CommandRunner) -> str | None:
         # Not `ray stop`: it would stop every Ray node on this machine.
         stop_processes(p.pid for p in node_processes(self.cluster_name, node.id))
+        left = node_processes(self.cluster_name, node.id)
+        if left:
+            return f"{len(left)} process(es) of node {node.id} still run: pid {left[0].pid}"
         return None
+
+    def reclaim_node(self, node: Node) -> bool:
+        node_type = self.config.node_types.get(node.node_type)
+        if node.kind is not NodeKind.WORKER or node_type is None:
+            return False
+        if node_type.node_config.get("simulated_spot") is not True:
+            return False
+        path = self.nodes_dir / node.id / "node.json"
+        data = _read_json(path)
+        if data is None:
+            return False
+        spec = self._container(data)
+        if spec is not None:
+            problem = _remove_container(spec.engine, self._container_name(node.id, spec.name))
+            if problem:
+                raise ProviderError(f"could not reclaim {node.id}: {problem}")
+        kill_processes(p.pid for p in node_processes(self.cluster_name, node.id))
+        data["reclaimed_at"] = time.time()
+        _write_json(path, data)
+        return True
 
     def cleanup(self, purge: bool = False) -> list[str]:
         removed = []
@@ -239,7 +279,9 @@ class LocalhostProvider(NodeProvider):
         tags = dict(data.get("tags", {}))
         status = tags.get(TAG_STATUS)
         state = NodeState.RUNNING
-        if status == NodeStatus.UP_TO_DATE and not raylet_alive:
+        if data.get("reclaimed_at") is not None:
+            state = NodeState.PREEMPTED  # a simulated spot reclaim, until terminated
+        elif status == NodeStatus.UP_TO_DATE and not raylet_alive:
             state = NodeState.DEAD
         return Node(
             id=data["id"],

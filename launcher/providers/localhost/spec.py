@@ -100,9 +100,11 @@ class LocalhostSpec(ProviderSpec):
         self, config: ClusterConfig, node_type: NodeType, prices: PriceTable
     ) -> NodeOffer:
         shown = ", ".join(f"{k}={v}" for k, v in sorted(node_type.resources.items()))
+        spot = node_type.node_config.get("simulated_spot") is True
         return NodeOffer(
-            f"Ray node on this machine ({shown or 'detected resources'})",
-            spot=False,
+            f"Ray node on this machine ({shown or 'detected resources'})"
+            + (", simulated spot" if spot else ""),
+            spot=spot,
             price=None,
             billed=False,
         )

@@ -1,0 +1,94 @@
+"""Commands for trying a cluster's resilience and looking into it: kill-random-node and
+dashboard (Ray's names and flags)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import click
+
+from launcher.cli.app import Settings, cli
+from launcher.cli.cluster_commands import (
+    _config,
+    _confirm,
+    config_argument,
+    name_option,
+    yes_option,
+)
+from launcher.cluster.chaos import Kill, kill_random_node
+from launcher.cluster.dashboard import RAY_DASHBOARD_PORT, forwarded_dashboard
+from launcher.cluster.head import connect
+
+
+@cli.command(name="kill-random-node")
+@config_argument
+@click.option(
+    "--hard",
+    is_flag=True,
+    help="Take the whole node away through the provider (terminate it; on the localhost "
+    "provider a `simulated_spot` type is reclaimed as a cloud reclaims spot machines) "
+    "instead of stopping its Ray.",
+)
+@yes_option
+@name_option
+@click.pass_obj
+def kill_random_node_command(
+    settings: Settings, cluster_config_file: str, hard: bool, yes: bool, cluster_name: str | None
+) -> None:
+    """Kill a random worker, to see the cluster and its jobs survive it: stop its Ray, or
+    with --hard take the node away. The autoscaler replaces it."""
+    config = _config(cluster_config_file, cluster_name)
+    what = "take a random worker away" if hard else "stop Ray on a random worker"
+    if not _confirm(yes)(f"This will {what} of cluster {config.cluster_name}. Go on?"):
+        raise click.exceptions.Exit(1)
+    result = kill_random_node(config, hard=hard)
+    node = result.node
+    where = f"worker {node.id} ({node.node_type}) with IP {node.ip or 'unknown'}"
+    if result.how is Kill.RECLAIMED:
+        settings.output.line(
+            f"Reclaimed {where} as a cloud reclaims a spot machine; the autoscaler will see "
+            "it preempted and replace it."
+        )
+    else:
+        settings.output.line(
+            f"{result.how.value.capitalize()} {where}; the autoscaler will replace it."
+        )
+
+
+@cli.command()
+@config_argument
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=RAY_DASHBOARD_PORT,
+    show_default=True,
+    help="The port on this machine (127.0.0.1) to reach the dashboard at.",
+)
+@click.option(
+    "--remote-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="The dashboard's port on the head [default: as the head's `ray start` gives it, "
+    f"else {RAY_DASHBOARD_PORT}].",
+)
+@name_option
+@click.pass_obj
+def dashboard(
+    settings: Settings,
+    cluster_config_file: str,
+    port: int,
+    remote_port: int | None,
+    cluster_name: str | None,
+) -> None:
+    """Forward Ray's dashboard from the head to this machine until Ctrl-C, and print its
+    local URL once it answers."""
+    session = connect(_config(cluster_config_file, cluster_name))
+    with forwarded_dashboard(session, port, remote_port) as (url, head_port):
+        settings.output.line(
+            f"Ray dashboard of cluster {session.config.cluster_name}: {url} (the head's port "
+            f"{head_port}); press Ctrl-C to stop forwarding."
+        )
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+    settings.output.line("Stopped forwarding the dashboard.")

@@ -52,7 +52,8 @@ def kill_random_node_command(
         )
     else:
         settings.output.line(
-            f"{result.how.value.capitalize()} {where}; the autoscaler will replace it."
+            f"{result.how.value[0].upper()}{result.how.value[1:]} {where}; "
+            "the autoscaler will replace it."
         )
 
 

@@ -374,10 +374,22 @@ def _used_ips() -> set[str]:
 
 
 def _free_ip() -> str:
+    """A loopback address no node or listener here uses, taken in turn after the one given
+    last (held under the machine lock), so a node that just went does not hand its address
+    to its replacement at once: on a cloud a new machine gets a new address, and Ray's GCS
+    may still count the old node at that address alive for a few seconds."""
     used = _used_ips()
-    for host in range(_FIRST_HOST, _LAST_HOST + 1):
+    last_file = launcher_home() / "localhost-last-ip"
+    try:
+        last = int(last_file.read_text().strip().rsplit(".", 1)[-1])
+    except (OSError, ValueError):
+        last = _FIRST_HOST - 1
+    span = _LAST_HOST - _FIRST_HOST + 1
+    for step in range(1, span + 1):
+        host = _FIRST_HOST + (last - _FIRST_HOST + step) % span
         ip = f"127.0.0.{host}"
         if ip not in used:
+            last_file.write_text(ip)
             return ip
     raise ProviderError(
         "no free loopback address left in 127.0.0.2-254; take down clusters "

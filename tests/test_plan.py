@@ -146,7 +146,9 @@ def test_plan_json_lists_commands_per_node(
 
 
 @pytest.mark.parametrize(
-    "path", sorted((REPO / "example-configs").glob("*.yaml")), ids=lambda p: p.name
+    "path",
+    sorted([*(REPO / "example-configs").glob("*.yaml"), *(REPO / "examples").glob("*/*.yaml")]),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
 )
 def test_our_examples_validate_and_plan(path: Path, cli_runner: Callable[..., CliResult]) -> None:
     assert cli_runner("validate", str(path)).exit_code == 0

@@ -1,0 +1,171 @@
+"""kill-random-node and dashboard, without Ray: which worker is picked, what is reported
+only once seen done, and which port the dashboard is on."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.cluster.chaos import GONE_WAIT_S, Kill, candidates, kill_random_node
+from launcher.cluster.dashboard import (
+    RAY_DASHBOARD_PORT,
+    NoDashboardError,
+    dashboard_port,
+    forwarded_dashboard,
+)
+from launcher.cluster.head import HeadSession
+from launcher.config.loader import parse_config
+from launcher.errors import LauncherError, NoClusterError, UsageError
+from launcher.providers.base import Node, NodeKind, NodeState
+
+CONFIG = parse_config(
+    "cluster_name: chaos\nprovider: {type: localhost}\n"
+    "available_node_types:\n"
+    "  head: {node_config: {}, resources: {CPU: 1}, max_workers: 0}\n"
+    "  w: {node_config: {}, resources: {CPU: 1}, max_workers: 3}\n"
+    "head_node_type: head\n",
+    "chaos.yaml",
+)
+
+
+def _node(
+    node_id: str, kind: NodeKind = NodeKind.WORKER, state: NodeState = NodeState.RUNNING
+) -> Node:
+    return Node(node_id, kind, "w" if kind is NodeKind.WORKER else "head", "127.0.0.9", state)
+
+
+class _Provider:
+    """Lists what it is given; terminations take `lag` listings to show."""
+
+    def __init__(self, nodes: list[Node], lag: int = 0, reclaims: bool = False) -> None:
+        self.listed = nodes
+        self.lag = lag
+        self.reclaims = reclaims
+        self.terminated: list[str] = []
+        self.listings = 0
+
+    def nodes(self) -> list[Node]:
+        self.listings += 1
+        if not self.terminated or self.lag > 0:
+            self.lag -= bool(self.terminated)
+            return list(self.listed)
+        return [n for n in self.listed if n.id not in self.terminated]
+
+    def terminate_nodes(self, ids: Sequence[str]) -> None:
+        self.terminated.extend(ids)
+
+    def reclaim_node(self, node: Node) -> bool:
+        if not self.reclaims:
+            return False
+        self.listed = [
+            Node(n.id, n.kind, n.node_type, n.ip, NodeState.PREEMPTED) if n.id == node.id else n
+            for n in self.listed
+        ]
+        return True
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _kill(provider: _Provider, clock: _Clock | None = None) -> Any:
+    clock = clock or _Clock()
+    return kill_random_node(
+        CONFIG,
+        hard=True,
+        rng=random.Random(1),
+        provider=provider,  # type: ignore[arg-type]
+        clock=clock,
+        sleep=clock.sleep,
+    )
+
+
+def test_only_running_workers_are_candidates() -> None:
+    nodes = [
+        _node("h", NodeKind.HEAD),
+        _node("dead", state=NodeState.DEAD),
+        _node("gone", state=NodeState.PREEMPTED),
+        _node("ok"),
+    ]
+    assert [n.id for n in candidates(nodes)] == ["ok"]
+
+
+def test_terminated_is_said_only_once_the_node_is_no_longer_listed() -> None:
+    provider = _Provider([_node("h", NodeKind.HEAD), _node("w1")], lag=3)
+    result = _kill(provider)
+    assert result.how is Kill.TERMINATED and result.node.id == "w1"
+    assert provider.listings == 1 + 4  # the pick, then until it was gone
+
+
+def test_a_node_still_listed_after_the_wait_is_an_error_not_a_success() -> None:
+    provider = _Provider([_node("h", NodeKind.HEAD), _node("w1")], lag=10**6)
+    with pytest.raises(LauncherError, match=f"still listed .* after {GONE_WAIT_S:g} s"):
+        _kill(provider)
+
+
+def test_a_provider_that_can_reclaim_reports_the_node_preempted() -> None:
+    provider = _Provider([_node("h", NodeKind.HEAD), _node("w1")], reclaims=True)
+    result = _kill(provider)
+    assert result.how is Kill.RECLAIMED and provider.terminated == []
+
+
+def test_no_head_is_no_cluster_and_no_worker_is_said_plainly() -> None:
+    with pytest.raises(NoClusterError, match="is not running"):
+        _kill(_Provider([_node("w1")]))
+    with pytest.raises(LauncherError, match="has no running worker to kill"):
+        _kill(_Provider([_node("h", NodeKind.HEAD), _node("w1", state=NodeState.DEAD)]))
+
+
+@pytest.mark.parametrize(
+    ("commands", "env", "port"),
+    [
+        (["ray start --head --port=6379"], {}, RAY_DASHBOARD_PORT),
+        (["ray stop", "ray start --head --dashboard-port 9000"], {}, 9000),
+        (["ray start --head --dashboard-port=$P"], {"P": "9100"}, 9100),
+        (["ray start --head --dashboard-port=${P}"], {"P": "9101"}, 9101),
+        (["ray start --head --include-dashboard=false --dashboard-port=9000"], {}, None),
+        (["ray start --head --include-dashboard False"], {}, None),
+        (["ray start --head --include-dashboard=true"], {}, RAY_DASHBOARD_PORT),
+    ],
+)
+def test_the_dashboard_port_is_read_from_the_head_start_command(
+    commands: list[str], env: Mapping[str, str], port: int | None
+) -> None:
+    assert dashboard_port(commands, env) == port
+
+
+def test_a_dashboard_port_that_is_not_a_number_asks_for_remote_port() -> None:
+    with pytest.raises(UsageError, match="--remote-port"):
+        dashboard_port(["ray start --head --dashboard-port=$UNSET"], {})
+
+
+def test_a_cluster_without_a_dashboard_is_refused_before_anything_is_forwarded(
+    tmp_path: Path,
+) -> None:
+    config = parse_config(
+        "cluster_name: nodash\nprovider: {type: localhost}\n"
+        "head_start_ray_commands: [ray start --head --include-dashboard=false]\n",
+        "nodash.yaml",
+    )
+
+    class _NoProvider:
+        def port_opener(self, *args: object) -> object:
+            raise AssertionError("nothing must be forwarded")
+
+    session = HeadSession(config, _NoProvider(), _node("h", NodeKind.HEAD), None, {}, None)  # type: ignore[arg-type]
+    with (
+        pytest.raises(NoDashboardError, match="runs Ray without a dashboard"),
+        forwarded_dashboard(session, 8265, None),
+    ):
+        pass

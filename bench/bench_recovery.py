@@ -213,6 +213,10 @@ def watch_nodes():
 
 ray.init(logging_level="WARNING")
 threading.Thread(target=watch_nodes, daemon=True).start()
+# Tune starts once both workers are up: trials queued while the second one starts would make
+# an autoscaler launch a third node for them, a spare the recovery would then use.
+while sum(n["Alive"] and n["Resources"].get("CPU", 0) > 0 for n in ray.nodes()) < 2:
+    time.sleep(0.2)
 tuner = tune.Tuner(
     tune.with_resources(trainable, {{"cpu": 1}}),
     param_space={{"index": tune.grid_search(list(range({TRIALS})))}},
@@ -655,12 +659,12 @@ def main() -> None:
             for side in order:
                 if args.only and side != args.only:
                     continue
-                if side == "ours":
-                    ours_runs.append(ours(work, i))
-                    got = ours_runs[-1]
-                else:
-                    ray_runs.append(rays(work, i, args.ray_interval))
-                    got = ray_runs[-1]
+                got = ours(work, i) if side == "ours" else rays(work, i, args.ray_interval)
+                if got.get("requested", float("inf")) > got.get("joined", float("inf")):
+                    print(f"repeat {i + 1} {side}: discarded (a node launched before the "
+                          f"death joined first): {got}", flush=True)  # fmt: skip
+                    continue
+                (ours_runs if side == "ours" else ray_runs).append(got)
                 cells = ", ".join(
                     f"{k} {v:.2f}" for k, v in sorted(got.items(), key=lambda kv: kv[1])
                 )

@@ -2,6 +2,7 @@
 
 from launcher.cli import cluster_commands as _cluster_commands  # noqa: F401 - registers them
 from launcher.cli import commands as _commands  # noqa: F401 - registers the commands
+from launcher.cli import dump_command as _dump_command  # noqa: F401 - registers it
 from launcher.cli import node_commands as _node_commands  # noqa: F401 - registers them
 from launcher.cli.app import cli, main
 

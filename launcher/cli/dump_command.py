@@ -1,0 +1,105 @@
+"""`launcher cluster-dump` (alias `launcher logs`): a cluster's logs in one tarball."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import click
+
+from launcher.cli.app import Settings, cli
+from launcher.cli.cluster_commands import _config, config_argument, name_option
+from launcher.cluster.dump import (
+    DumpOptions,
+    dump,
+    format_size,
+    parse_size,
+    summary_lines,
+)
+from launcher.errors import UsageError
+
+# How many cut files the printed summary names (MANIFEST.txt in the tarball names all).
+CUT_SHOWN = 10
+DEFAULT_MAX_SIZE = "200MB"
+
+
+class Size(click.ParamType):  # type: ignore[type-arg]
+    name = "SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except UsageError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+@cli.command(name="cluster-dump")
+@config_argument
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the tarball here instead of launcher-dump-CLUSTER-YYYYmmdd-HHMMSS.tar.gz "
+    "in the current directory.",
+)
+@click.option(
+    "--max-size",
+    type=Size(),
+    default=DEFAULT_MAX_SIZE,
+    show_default=True,
+    help="At most this many bytes of logs, before compression (e.g. 50MB, 1.5GB; K, M, G "
+    "are powers of 1024). Files too large for their share keep their end; the summary "
+    "lists what was cut.",
+)
+@name_option
+@click.pass_obj
+def cluster_dump(
+    settings: Settings,
+    cluster_config_file: str,
+    output: Path | None,
+    max_size: int,
+    cluster_name: str | None,
+) -> None:
+    """Gather the cluster's logs into one tarball, for a bug report or a look offline.
+
+    \b
+    It holds:
+      setup/NODE.log      the launcher's setup log of each node (kept on this machine)
+      autoscaler/         the autoscaler's decision log and last state (on the head)
+      ray/NODE/           Ray's session logs of each node (session_latest/logs under
+                          Ray's temp dir, in the node's container if it has one)
+      MANIFEST.txt        the summary printed at the end; manifest.json: every file
+
+    Nodes are read in parallel. Nodes that share one directory (every node of a localhost
+    cluster writes into one Ray temp dir) have it gathered once, under the first of them.
+    A node that cannot be reached is named in the summary and the dump is written
+    without it; the exit code is 1 only when nothing could be gathered from any node.
+    """
+    config = _config(cluster_config_file, cluster_name)
+    err = settings.output.err_console
+
+    def progress(line: str) -> None:
+        err.print(line, markup=False, highlight=False)
+
+    result = dump(config, DumpOptions(output=output, max_bytes=max_size), progress)
+    out = settings.output
+    out.line(f"Wrote {result.path} ({format_size(result.archive_bytes)}).")
+    out.line()
+    for line in summary_lines(result, cut_limit=CUT_SHOWN):
+        out.line(line)
+    if not result.gathered_from_cluster:
+        click.echo(
+            "error: nothing could be gathered from the cluster's nodes (see above); "
+            "the dump holds this machine's setup logs only",
+            err=True,
+        )
+        raise click.exceptions.Exit(1)
+
+
+logs = copy.copy(cluster_dump)
+logs.short_help = "Same as cluster-dump: the cluster's logs in one tarball."
+cli.add_command(logs, name="logs")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from launcher.cluster import dump as dump_module
-from launcher.cluster.dump import (
-    DumpOptions,
+from launcher.cluster.dump import DumpOptions, dump
+from launcher.cluster.dump_plan import (
     DumpResult,
     FileInfo,
     Listing,
@@ -24,7 +24,6 @@ from launcher.cluster.dump import (
     Wanted,
     allocate,
     cut_header,
-    dump,
     dump_name,
     format_size,
     parse_size,

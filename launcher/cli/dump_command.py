@@ -10,13 +10,8 @@ import click
 
 from launcher.cli.app import Settings, cli
 from launcher.cli.cluster_commands import _config, config_argument, name_option
-from launcher.cluster.dump import (
-    DumpOptions,
-    dump,
-    format_size,
-    parse_size,
-    summary_lines,
-)
+from launcher.cluster.dump import DumpOptions, dump
+from launcher.cluster.dump_plan import format_size, parse_size, summary_lines
 from launcher.errors import UsageError
 
 # How many cut files the printed summary names (MANIFEST.txt in the tarball names all).

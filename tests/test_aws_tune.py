@@ -39,15 +39,12 @@ SWEEP = "tune-sweep"  # the experiment's name: its trials' directories are under
 def tune_config(ami: str, subnet_a: str, subnet_b: str) -> str:
     """tests/test_aws_cluster.py's cluster, made for training: the head only runs the
     driver (0 CPUs), two 2-CPU spot workers in one zone hold the four 1-CPU trials, and the
-    on-demand fallback is in another zone, so its node has an address of its own. The
-    start commands give Ray those CPUs: on AWS the launcher does not pass a type's
-    `resources` to `ray start`."""
+    on-demand fallback is in another zone, so its node has an address of its own. Ray is
+    told those CPUs by the launcher, from the types' `resources` (the start commands say
+    --num-cpus=1 everywhere; the types' resources override it, as with Ray's launcher)."""
     text = CONFIG.replace("AMI", ami).replace("SUBNET_A", subnet_a).replace("SUBNET_B", subnet_b)
     config: dict[str, Any] = yaml.safe_load(text)
-    config.update(yaml.safe_load(ray_start_commands(num_cpus=2)))
-    config["head_start_ray_commands"] = [
-        line.replace("--num-cpus=2", "--num-cpus=0") for line in config["head_start_ray_commands"]
-    ]
+    config.update(yaml.safe_load(ray_start_commands(num_cpus=1)))
     types = config["available_node_types"]
     types["head"]["resources"] = {"CPU": 0}
     types["spot"].update(resources={"CPU": 2}, min_workers=2, max_workers=2)

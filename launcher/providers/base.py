@@ -21,6 +21,7 @@ Invariants every provider keeps (tests/contract/ checks them for every provider)
 from __future__ import annotations
 
 import contextlib
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -207,6 +208,25 @@ class NodeProvider(ABC):
             env["LAUNCHER_NODE_IP"] = node.ip
         if head is not None and head.ip:
             env["RAY_HEAD_IP"] = head.ip
+        return env
+
+    # Whether `ray start` is told the node type's `resources` and `labels` (Ray's
+    # RAY_OVERRIDE_RESOURCES / RAY_OVERRIDE_LABELS), as Ray's updater does on every provider
+    # but on-prem, where Ray detects each machine's own.
+    overrides_ray_resources = True
+
+    def ray_start_env(self, node: Node) -> dict[str, str]:
+        """Environment for `node`'s start-ray commands only, beyond `node_env`: the node
+        type's declared resources and labels, which Ray then advertises instead of what it
+        detects (so `resources: {CPU: 0}` keeps tasks off a head, on any machine size)."""
+        node_type = self.config.node_types.get(node.node_type)
+        if not self.overrides_ray_resources or node_type is None:
+            return {}
+        env = {}
+        if node_type.resources:
+            env["RAY_OVERRIDE_RESOURCES"] = json.dumps(dict(node_type.resources), sort_keys=True)
+        if node_type.labels:
+            env["RAY_OVERRIDE_LABELS"] = json.dumps(dict(node_type.labels), sort_keys=True)
         return env
 
     def container_mounts(self, node: Node) -> tuple[str, ...]:

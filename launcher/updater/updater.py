@@ -150,7 +150,9 @@ class NodeUpdater:
                     problem = self.provider.before_ray_start(self.node, self.runner)
                     if problem is not None:
                         raise self._fail(problem)
-                    self._run_all(commands.start_ray, env)
+                    self._run_all(
+                        commands.start_ray, {**env, **self.provider.ray_start_env(self.node)}
+                    )
         except NodeUpdateError as exc:
             self.provider.set_tags(self.node.id, {TAG_STATUS: NodeStatus.FAILED})
             self._emit(f"failed while {exc.stage}", detail=str(exc), failed=True)

@@ -41,6 +41,8 @@ from launcher.runners.ssh import SSHRunner
 
 
 class OnPremProvider(NodeProvider):
+    # As Ray: each machine advertises what Ray detects on it.
+    overrides_ray_resources = False
     installs_launcher_on_head = True
     terminating_frees_capacity = True  # the listed machines are the whole pool
     logs_in_over_ssh = True

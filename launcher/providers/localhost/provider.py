@@ -58,6 +58,9 @@ ZONE = "localhost"
 
 
 class LocalhostProvider(NodeProvider):
+    # node_env already gives every command the type's resources (with an object store
+    # size fit for one machine hosting many nodes).
+    overrides_ray_resources = False
     containers_run = "here"
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:

@@ -1,0 +1,56 @@
+"""`ray start` is told each node type's declared resources and labels (Ray's
+RAY_OVERRIDE_RESOURCES / RAY_OVERRIDE_LABELS) on cloud providers, as Ray's updater does, so
+`resources: {CPU: 0}` keeps work off a head whatever its machine; on-prem machines advertise
+what Ray detects, as with Ray."""
+
+from __future__ import annotations
+
+import json
+
+from launcher.config.loader import parse_config
+from launcher.providers.aws.provider import AwsProvider
+from launcher.providers.base import Node, NodeKind, NodeState
+from launcher.providers.gcp.provider import GcpProvider
+from launcher.providers.kubernetes.provider import KubernetesProvider
+from launcher.providers.local.provider import OnPremProvider
+from launcher.providers.localhost.provider import LocalhostProvider
+
+CONFIG = parse_config(
+    "cluster_name: env\nprovider: {type: aws, region: us-west-2}\n"
+    "auth: {ssh_user: ubuntu}\n"
+    "available_node_types:\n"
+    "  head: {node_config: {InstanceType: m5.large}, resources: {CPU: 0}, max_workers: 0}\n"
+    "  gpu:\n"
+    "    node_config: {InstanceType: g5.xlarge}\n"
+    "    resources: {CPU: 4, GPU: 1, accel: 2}\n"
+    "    labels: {zone-kind: spot}\n"
+    "  plain: {node_config: {InstanceType: m5.large}}\n"
+    "head_node_type: head\n",
+    "env.yaml",
+)
+
+
+def _node(node_type: str) -> Node:
+    return Node("n", NodeKind.WORKER, node_type, "10.0.0.1", NodeState.RUNNING)
+
+
+def test_cloud_providers_pass_the_types_resources_and_labels_to_ray_start() -> None:
+    provider = AwsProvider.__new__(AwsProvider)  # no cloud client is needed for this
+    provider.config = CONFIG
+    # As Ray fills them out: what the config says, memory from the instance size.
+    head = json.loads(provider.ray_start_env(_node("head"))["RAY_OVERRIDE_RESOURCES"])
+    assert head["CPU"] == 0 and head["memory"] > 0
+    gpu = provider.ray_start_env(_node("gpu"))
+    resources = json.loads(gpu["RAY_OVERRIDE_RESOURCES"])
+    assert {k: resources[k] for k in ("CPU", "GPU", "accel")} == {"CPU": 4, "GPU": 1, "accel": 2}
+    assert json.loads(gpu["RAY_OVERRIDE_LABELS"]) == {"zone-kind": "spot"}
+    assert provider.ray_start_env(_node("gone-from-the-config")) == {}
+
+
+def test_which_providers_override_what_ray_detects() -> None:
+    assert AwsProvider.overrides_ray_resources
+    assert GcpProvider.overrides_ray_resources
+    assert KubernetesProvider.overrides_ray_resources
+    assert not OnPremProvider.overrides_ray_resources  # as Ray: each machine its own
+    # Localhost gives every command the resources itself (node_env), object store included.
+    assert not LocalhostProvider.overrides_ray_resources

@@ -286,17 +286,22 @@ def victim_ready(path: Path) -> dict[str, Any] | None:
     return starts[-1]
 
 
-def trial_milestones(path: Path, death: float, dead_node: str) -> tuple[Times, str | None]:
+def trial_milestones(
+    path: Path, death: float, dead_node: str, since: float | None = None
+) -> tuple[Times, str | None]:
     """joined, rescheduled, restored, gcs_dead, tune_failed (epoch seconds) from the events
-    file, and the node trial 0 was rescheduled on."""
+    file, and the node trial 0 was rescheduled on. `since`: when the node's replacement may
+    have been asked for (a reclaim notice before the death); else the death."""
     found: Times = {}
     new_node = None
     for e in events(path):
-        if e["t"] < death:
+        if e["t"] < min(death, since or death):
             continue
         event, trial = e["event"], e.get("trial")
         if event == "node_alive" and e["node"] != dead_node:
             found.setdefault("joined", e["t"])
+        elif e["t"] < death:
+            continue
         elif event == "node_dead" and e["node"] == dead_node:
             found.setdefault("gcs_dead", e["t"])
         elif event == "tune_failed" and trial == 0:
@@ -382,7 +387,30 @@ def _reclaim(config_path: Path, ip: str) -> str:
     return node.id
 
 
-def ours(work: Path, index: int) -> Times:
+def _notify(config_path: Path, ip: str, at: float) -> None:
+    """Give the worker at `ip` notice that it is reclaimed at `at`, as
+    `launcher kill-random-node --hard --notice` would."""
+    from launcher.config.loader import load_config
+    from launcher.providers.factory import make_provider
+
+    provider = make_provider(load_config(config_path))
+    node = next((n for n in provider.nodes() if n.ip == ip), None)
+    if node is None or not provider.notify_reclaim(node, at):
+        raise RuntimeError(f"no simulated_spot worker of ours at {ip} to give notice to")
+
+
+def _take(config_path: Path, ip: str, notice_s: float) -> tuple[float, float, str]:
+    """Reclaim the worker at `ip`, after a notice of `notice_s` if given: when the notice
+    was given (the death, without one), when the node died, and its id."""
+    since = time.time()
+    if notice_s:
+        _notify(config_path, ip, since + notice_s)
+        time.sleep(notice_s)
+    death = time.time()
+    return since, death, _reclaim(config_path, ip)
+
+
+def ours(work: Path, index: int, notice_s: float = 0.0) -> Times:
     home = work / f"home-{index}"
     env = dict(os.environ, LAUNCHER_HOME=str(home), RAY_USAGE_STATS_ENABLED="0")
     env.pop("RAY_ADDRESS", None)
@@ -409,8 +437,7 @@ def ours(work: Path, index: int) -> Times:
         try:
             victim = wait_for(lambda: victim_ready(path), "trial 0", STARTUP_TIMEOUT_S, alive)
             with NodeWatcher(nodes_dir) as watcher:
-                death = time.time()
-                dead_id = _reclaim(config, victim["ip"])
+                since, death, dead_id = _take(config, victim["ip"], notice_s)
                 wait_for(
                     lambda: recovered(path, victim["node"], death),
                     "trial 0 restored",
@@ -419,7 +446,7 @@ def ours(work: Path, index: int) -> Times:
                 )
         finally:
             stop_driver(driver, stop_file, log)
-        times, _ = trial_milestones(path, death, victim["node"])
+        times, _ = trial_milestones(path, death, victim["node"], since)
         head_dir = next(nodes_dir.glob("h-*/home/.launcher/head"), None)
         if head_dir is not None:
             with contextlib.suppress(OSError):
@@ -428,7 +455,7 @@ def ours(work: Path, index: int) -> Times:
                 shutil.copytree(home / "clusters" / CLUSTER / "logs", work / f"ours-{index}.logs")
         state_files = list(nodes_dir.glob("h-*/home/.launcher/head/autoscaler-state.json"))
         decisions = json.loads(state_files[0].read_text())["decisions"] if state_files else []
-        later = [d for d in decisions if d["time"] >= death]
+        later = [d for d in decisions if d["time"] >= since]
         noticed = [d["time"] for d in later if dead_id in d["text"]]
         launched = [d["time"] for d in later if d["action"] == "launch"]
         if noticed:
@@ -644,6 +671,13 @@ def main() -> None:
         help="Ray's AUTOSCALER_UPDATE_INTERVAL_S (default 1, as AutoscalingCluster sets it)",
     )
     parser.add_argument("--only", choices=("ours", "ray"), help="measure one side only")
+    parser.add_argument(
+        "--notice-s",
+        type=float,
+        default=0.0,
+        help="ours only: give the node a reclaim notice this long before it goes, as AWS "
+        "(120 s) and GCP (30 s) do for spot machines (Ray's autoscaler has no use for one)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -659,7 +693,11 @@ def main() -> None:
             for side in order:
                 if args.only and side != args.only:
                     continue
-                got = ours(work, i) if side == "ours" else rays(work, i, args.ray_interval)
+                got = (
+                    ours(work, i, args.notice_s)
+                    if side == "ours"
+                    else rays(work, i, args.ray_interval)
+                )
                 if got.get("requested", float("inf")) > got.get("joined", float("inf")):
                     print(f"repeat {i + 1} {side}: discarded (a node launched before the "
                           f"death joined first): {got}", flush=True)  # fmt: skip

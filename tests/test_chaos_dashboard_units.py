@@ -46,6 +46,7 @@ class _Provider:
         self.lag = lag
         self.reclaims = reclaims
         self.terminated: list[str] = []
+        self.noticed: list[tuple[str, float]] = []
         self.listings = 0
 
     def nodes(self) -> list[Node]:
@@ -57,6 +58,12 @@ class _Provider:
 
     def terminate_nodes(self, ids: Sequence[str]) -> None:
         self.terminated.extend(ids)
+
+    def notify_reclaim(self, node: Node, at: float) -> bool:
+        if not self.reclaims:
+            return False
+        self.noticed.append((node.id, at))
+        return True
 
     def reclaim_node(self, node: Node) -> bool:
         if not self.reclaims:
@@ -169,3 +176,30 @@ def test_a_cluster_without_a_dashboard_is_refused_before_anything_is_forwarded(
         forwarded_dashboard(session, 8265, None),
     ):
         pass
+
+
+def test_a_notice_is_given_then_the_node_is_reclaimed_when_it_runs_out() -> None:
+    provider = _Provider([_node("h", NodeKind.HEAD), _node("w1")], reclaims=True)
+    clock, told = _Clock(), []
+    result = kill_random_node(
+        CONFIG,
+        hard=True,
+        notice_s=30,
+        on_notice=lambda node, at: told.append((node.id, at, clock.now)),
+        provider=provider,  # type: ignore[arg-type]
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    assert result.how is Kill.RECLAIMED
+    ((node_id, at, told_at),) = told
+    assert node_id == "w1" and provider.noticed == [("w1", at)]
+    assert told_at == 0.0 and clock.now >= 30  # told first, taken after the notice
+
+
+def test_a_notice_needs_hard_and_a_provider_that_can_give_one() -> None:
+    with pytest.raises(UsageError, match="needs --hard"):
+        kill_random_node(CONFIG, hard=False, notice_s=5, provider=_Provider([]))  # type: ignore[arg-type]
+    cannot = _Provider([_node("h", NodeKind.HEAD), _node("w1")])
+    with pytest.raises(UsageError, match="cannot be given a reclaim notice"):
+        kill_random_node(CONFIG, hard=True, notice_s=5, provider=cannot)  # type: ignore[arg-type]
+    assert cannot.terminated == []  # nothing was done to it

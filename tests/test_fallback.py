@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from launcher.autoscaler.backoff import CapacityMemory, TypeBackoff
-from launcher.autoscaler.daemon import Daemon
+from launcher.autoscaler.daemon import Daemon, with_work_of
+from launcher.autoscaler.demand import Demand, RayNode
 from launcher.autoscaler.executor import Executor
 from launcher.autoscaler.listing import LISTING_MAX_AGE_S
 from launcher.autoscaler.planner import NodeView, Settings, Snapshot, TypeInfo, plan
@@ -572,3 +573,49 @@ def test_a_preemption_is_remembered_before_the_tick_plans_its_replacement(
     assert sorted(n.node_type for n in cloud.made) == ["ondemand", "ondemand"]
     unavailable = daemon._unavailable()["spot"]
     assert unavailable == "preempted in zone-a, zone-b"
+
+
+def test_a_reclaim_notice_launches_the_replacement_before_the_node_goes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Notice that spot workers will be taken back (as AWS and GCP give): the replacement
+    (the fallback, spot being avoided) is launched at once, the noticed nodes run on until
+    taken, and their reclaim then counts as the same preemption, not a second one."""
+    daemon, cloud = _daemon(
+        monkeypatch,
+        tmp_path,
+        {("spot", "zone-a"): 1, ("spot", "zone-b"): 1, ("ondemand", "zone-a"): 5},
+    )
+    _tick(daemon)
+    spot = list(cloud.made)
+    assert sorted(n.node_type for n in spot) == ["spot", "spot"]
+    cloud.made = [dataclasses.replace(n, reclaim_at=time.time() + 120) for n in spot]
+    _later(daemon, LISTING_MAX_AGE_S)
+    _tick(daemon)
+    assert sorted(n.node_type for n in cloud.made) == ["ondemand", "ondemand", "spot", "spot"]
+    assert all(n.node_type == "spot" for n in cloud.made if n.reclaim_at)  # still running
+    zones = ("zone-a", "zone-b")
+    waits = {zone: daemon.executor.capacity.records["spot", zone].until for zone in zones}
+    # Taken back: terminated and not replaced again; avoided no longer than after the notice.
+    cloud.made = [
+        dataclasses.replace(n, state=NodeState.PREEMPTED) if n.reclaim_at else n for n in cloud.made
+    ]
+    _later(daemon, LISTING_MAX_AGE_S)
+    _tick(daemon)
+    _tick(daemon)
+    assert sorted(n.node_type for n in cloud.made) == ["ondemand", "ondemand"]
+    assert {z: daemon.executor.capacity.records["spot", z].until for z in zones} == waits
+
+
+def test_the_work_on_a_noticed_node_is_demand_for_its_replacement() -> None:
+    """What Ray runs on a node about to be taken back waits for room elsewhere (one bundle of
+    its resources in use), so a cluster without min_workers launches its replacement too."""
+    busy = RayNode("r1", "10.0.0.5", {"CPU": 4.0, "GPU": 1.0, "object_store_memory": 1e9},
+                   {"CPU": 1.0, "GPU": 1.0, "object_store_memory": 5e8}, 0.0, True)  # fmt: skip
+    other = RayNode("r2", "10.0.0.6", {"CPU": 4.0}, {"CPU": 0.0}, 0.0, True)
+    demand = Demand(pending=(({"CPU": 1.0}, 2),), nodes=(busy, other))
+    leaving = Node("w1", NodeKind.WORKER, "spot", "10.0.0.5", NodeState.RUNNING, reclaim_at=1.0)
+    moved = with_work_of(demand, [leaving])
+    assert moved.pending == (({"CPU": 1.0}, 2), ({"CPU": 3.0}, 1))
+    unknown = dataclasses.replace(leaving, ip="10.9.9.9")  # no Ray node there: nothing to move
+    assert with_work_of(demand, [unknown]) == demand

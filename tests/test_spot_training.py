@@ -51,14 +51,14 @@ def _checkpoints(folder: Path, pattern: str) -> list[Path]:
     return [p for p in folder.glob(pattern) if p.is_dir()]
 
 
-def _reclaim_a_worker() -> str:
-    """`kill-random-node --hard`: returns the reclaimed worker's IP."""
-    killed = run("kill-random-node", str(CLUSTER), "--hard", "-y", timeout=120)
+def _reclaim_a_worker(*notice: str) -> tuple[str, str]:
+    """`kill-random-node --hard`: returns the reclaimed worker's id and IP."""
+    killed = run("kill-random-node", str(CLUSTER), "--hard", "-y", *notice, timeout=180)
     assert killed.returncode == 0, killed.stdout + killed.stderr
     assert "Reclaimed worker" in killed.stdout and "(spot)" in killed.stdout
-    found = re.search(r"with IP (\S+)", killed.stdout)
+    found = re.search(r"Reclaimed worker (\S+) .* with IP (\S+)", killed.stdout)
     assert found, killed.stdout
-    return found.group(1)
+    return found.group(1), found.group(2)
 
 
 def _finish(process: subprocess.Popen[str]) -> str:
@@ -89,7 +89,7 @@ def test_a_tune_sweep_resumes_the_trials_of_a_reclaimed_spot_worker(
         300,
         "every trial's second checkpoint",
     )
-    killed_ip = _reclaim_a_worker()
+    _, killed_ip = _reclaim_a_worker()
     output = _finish(process)
     trials = json.loads(summary.read_text())
     assert len(trials) == 4
@@ -107,8 +107,10 @@ def test_a_tune_sweep_resumes_the_trials_of_a_reclaimed_spot_worker(
 def test_a_ray_train_run_restarts_its_workers_from_the_last_checkpoint(
     example_cluster: Path, tmp_path: Path
 ) -> None:
+    """With a reclaim notice, as clouds give before taking a spot machine: the replacement
+    is up before the node goes."""
     storage, summary = tmp_path / "results", tmp_path / "summary.json"
-    epochs = 30
+    epochs = 45
     process = start(
         "submit", str(CLUSTER), str(REPO / "examples" / "train_run.py"),
         "--start", "--stop", "--epochs", str(epochs), "--storage-path", str(storage),
@@ -120,8 +122,27 @@ def test_a_ray_train_run_restarts_its_workers_from_the_last_checkpoint(
         300,
         "the run's second checkpoint",
     )
-    killed_ip = _reclaim_a_worker()
+    killed_id, killed_ip = _reclaim_a_worker("--notice", "15")
+    monitor = ""
+
+    def replaced() -> bool:
+        nonlocal monitor
+        monitor = run("monitor", "--no-follow", str(CLUSTER), timeout=60).stdout
+        return f"terminate {killed_id}: preempted" in monitor
+
+    wait_for(replaced, 60, "the autoscaler to see the reclaimed worker gone")
     _finish(process)
+    # The notice was acted on: the fallback launched and set up before the node was taken.
+    lines = monitor.splitlines()
+    notice = next(
+        i for i, line in enumerate(lines) if f"{killed_id} (spot): reclaim notice" in line
+    )
+    taken = next(i for i, line in enumerate(lines) if f"terminate {killed_id}: preempted" in line)
+    ready = [
+        i for i, line in enumerate(lines) if re.search(r"w-\w+: up to date", line) and i > notice
+    ]
+    assert ready and ready[0] < taken, monitor
+    assert any("launch 1 x on-demand" in line for line in lines[notice:taken]), monitor
     result = json.loads(summary.read_text())
     assert result["error"] is None and result["last_epoch"] == epochs - 1, result
     first, *restarts = result["starts"]

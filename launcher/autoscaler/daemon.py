@@ -10,6 +10,7 @@ to stdout (the head's monitor log) and the latest ones are kept in a state file 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import sys
@@ -89,6 +90,33 @@ def _setups(listed: list[Node], skip: set[str], resync: bool) -> list[tuple[Node
     return out
 
 
+def _noticed(node: Node) -> bool:
+    """A worker the provider has given notice it takes back, not taken yet."""
+    return (
+        node.kind is NodeKind.WORKER
+        and node.reclaim_at is not None
+        and node.state is not NodeState.PREEMPTED
+    )
+
+
+def with_work_of(demand: Demand, leaving: list[Node]) -> Demand:
+    """`demand` plus, for each of `leaving`, what Ray runs there now (its resources in use),
+    as one more bundle waiting for room: the work that must move when the node goes."""
+    by_ip = {n.ip: n for n in demand.nodes if n.alive}
+    extra = []
+    for node in leaving:
+        ray = by_ip.get(node.ip or "")
+        if ray is None:
+            continue
+        used = {k: v - ray.available.get(k, 0.0) for k, v in ray.total.items()}
+        used = {k: v for k, v in used.items() if v > 0 and k != "object_store_memory"}
+        if used:
+            extra.append((used, 1))
+    if not extra:
+        return demand
+    return dataclasses.replace(demand, pending=(*demand.pending, *extra))
+
+
 def log(text: str) -> None:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     # One write per line: lines logged by two threads at once stay whole.
@@ -129,6 +157,7 @@ class Daemon:
         self.seen_now: set[str] = set()
         self.recent: list[dict[str, object]] = []
         self.preempted: set[str] = set()
+        self.noticed: set[str] = set()  # given notice of a reclaim (until it is gone)
         self.last_resync = 0.0
 
     def run(self) -> None:
@@ -169,28 +198,42 @@ class Daemon:
         nodes = listed + self.executor.unlisted(listed)
         head = head_of(nodes)
         preempted = [n for n in nodes if n.state is NodeState.PREEMPTED]
-        self._note_preempted(preempted)  # a fact, before the plan: the type is avoided now
+        noticed = [n for n in nodes if _noticed(n)]
+        # Facts, before the plan: a type taken back (or about to be) is avoided now.
+        self._note_preempted(preempted, noticed)
         broken = broken_workers(self.config, nodes, busy, demand.nodes)
         unavailable = self._unavailable()
+        # A node about to be taken back is planned as gone, and what runs on it as waiting
+        # for room: its replacement is launched now, not once it has gone.
         view = snapshot(
             self.config,
             nodes,
-            demand,
-            {i for i, _ in broken},
+            with_work_of(demand, noticed),
+            {i for i, _ in broken} | {n.id for n in noticed},
             self.executor.pending(),
             unavailable,
         )
         result = plan(view, self.settings)
-        gone = {i for i, _ in broken} | {i for i, _ in result.terminate}
+        gone = {i for i, _ in broken} | {i for i, _ in result.terminate} | {n.id for n in noticed}
         setups = [] if head is None else _setups(listed, busy | gone, resync)
         return _Choice(nodes, head, preempted, broken, unavailable, result, setups)
 
-    def _note_preempted(self, preempted: list[Node]) -> None:
-        """Tell the executor of each node the provider took back, once while it is listed."""
+    def _note_preempted(self, preempted: list[Node], noticed: list[Node]) -> None:
+        """Tell the executor of each node the provider took back, or gave notice it takes
+        back, once while it is listed (a notice and its reclaim count once)."""
+        for node in noticed:
+            if node.id not in self.noticed:
+                when = time.strftime("%H:%M:%S", time.localtime(node.reclaim_at))
+                log(
+                    f"{node.id} ({node.node_type}): reclaim notice, taken back at {when}; "
+                    "planned as gone from now on"
+                )
+                self.executor.preempted(node, notice=True)
         for node in preempted:
-            if node.id not in self.preempted:
+            if node.id not in self.preempted and node.id not in self.noticed:
                 self.executor.preempted(node)
         self.preempted = {n.id for n in preempted}
+        self.noticed = {n.id for n in noticed} | (self.noticed & self.preempted)
 
     def _act(self, choice: _Choice, demand: Demand) -> None:
         for node_id, reason in choice.broken:

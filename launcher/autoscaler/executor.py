@@ -159,11 +159,13 @@ class Executor:
                     self.log(what_next, "backoff")
         return created
 
-    def preempted(self, node: Node) -> None:
-        """A node the provider took back: avoid its type and zone for a while."""
+    def preempted(self, node: Node, *, notice: bool = False) -> None:
+        """A node the provider took back (or, `notice`, said it takes back): avoid its type
+        and zone for a while."""
         wait = self.capacity.failed(node.node_type, node.zone, self.clock(), "preempted")
+        what = "is to be taken back" if notice else "was preempted"
         self.log(
-            f"{node.node_type}: {node.id} was preempted in {node.zone or 'its zone'}; "
+            f"{node.node_type}: {node.id} {what} in {node.zone or 'its zone'}; "
             f"avoiding it for {wait:g} s",
             "capacity",
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 import click
 
@@ -19,6 +20,7 @@ from launcher.cli.cluster_commands import (
 from launcher.cluster.chaos import Kill, kill_random_node
 from launcher.cluster.dashboard import RAY_DASHBOARD_PORT, forwarded_dashboard
 from launcher.cluster.head import connect
+from launcher.providers.base import Node
 
 
 @cli.command(name="kill-random-node")
@@ -30,11 +32,26 @@ from launcher.cluster.head import connect
     "provider a `simulated_spot` type is reclaimed as a cloud reclaims spot machines) "
     "instead of stopping its Ray.",
 )
+@click.option(
+    "--notice",
+    "notice_s",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    metavar="SECONDS",
+    help="With --hard on a `simulated_spot` worker: give notice this long before taking it, "
+    "as AWS (2 minutes) and GCP (30 s) do before reclaiming a spot machine; the autoscaler "
+    "launches its replacement on the notice. The command waits until the node is taken.",
+)
 @yes_option
 @name_option
 @click.pass_obj
 def kill_random_node_command(
-    settings: Settings, cluster_config_file: str, hard: bool, yes: bool, cluster_name: str | None
+    settings: Settings,
+    cluster_config_file: str,
+    hard: bool,
+    notice_s: float,
+    yes: bool,
+    cluster_name: str | None,
 ) -> None:
     """Kill a random worker, to see the cluster and its jobs survive it: stop its Ray, or
     with --hard take the node away. The autoscaler replaces it."""
@@ -42,7 +59,15 @@ def kill_random_node_command(
     what = "take a random worker away" if hard else "stop Ray on a random worker"
     if not _confirm(yes)(f"This will {what} of cluster {config.cluster_name}. Go on?"):
         raise click.exceptions.Exit(1)
-    result = kill_random_node(config, hard=hard)
+
+    def noticed(node: Node, at: float) -> None:
+        when = time.strftime("%H:%M:%S", time.localtime(at))
+        settings.output.line(
+            f"Gave notice: worker {node.id} ({node.node_type}) with IP {node.ip or 'unknown'} "
+            f"is reclaimed at {when}, in {notice_s:g} s."
+        )
+
+    result = kill_random_node(config, hard=hard, notice_s=notice_s, on_notice=noticed)
     node = result.node
     where = f"worker {node.id} ({node.node_type}) with IP {node.ip or 'unknown'}"
     if result.how is Kill.RECLAIMED:

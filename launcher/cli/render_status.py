@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from launcher.cluster.ops import AutoscalerState, ClusterStatus
+from launcher.providers.base import NodeState
 
 
 def render_status(console: Console, status: ClusterStatus) -> None:
@@ -35,7 +36,9 @@ def render_status(console: Console, status: ClusterStatus) -> None:
             node.kind.value,
             escape(node.node_type),
             node.ip or "-",
-            node.state.value,
+            node.state.value
+            if node.reclaim_at is None or node.state is not NodeState.RUNNING
+            else f"reclaim at {time.strftime('%H:%M:%S', time.localtime(node.reclaim_at))}",
             node.status.value,
             escape(resources),
         )

@@ -4,7 +4,8 @@ Without `hard`, the worker's Ray is stopped and the machine stays: the autoscale
 node whose Ray died and replaces it. With `hard`, the machine goes: reclaimed as a cloud
 reclaims a spot machine where the provider can play that part (the localhost provider, for
 types marked `simulated_spot`; the autoscaler then sees it preempted), else terminated
-through the provider. Each is reported only once it is seen done.
+through the provider; with a notice first, if asked, as AWS (2 minutes) and GCP (30 s) give
+before taking a spot machine back. Each is reported only once it is seen done.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from launcher.config.model import ClusterConfig
-from launcher.errors import LauncherError, NoClusterError
+from launcher.errors import LauncherError, NoClusterError, UsageError
 from launcher.paths import node_log
 from launcher.providers.base import Node, NodeKind, NodeProvider, NodeState
 from launcher.providers.factory import make_provider
@@ -46,11 +47,18 @@ def kill_random_node(
     config: ClusterConfig,
     *,
     hard: bool,
+    notice_s: float = 0.0,
+    on_notice: Callable[[Node, float], None] | None = None,
     rng: random.Random | None = None,
     provider: NodeProvider | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> KillResult:
+    """Kill a random running worker (see the module's docstring). `notice_s` (with `hard`):
+    give the provider's reclaim notice that long before the node goes, as clouds do for
+    spot machines; `on_notice` is told the node and when it goes (wall-clock time)."""
+    if notice_s and not hard:
+        raise UsageError("--notice gives notice of a reclaim: it needs --hard")
     provider = provider or make_provider(config)
     nodes = provider.nodes()
     if not any(n.kind is NodeKind.HEAD for n in nodes):
@@ -71,6 +79,17 @@ def kill_random_node(
         if problem:
             raise LauncherError(f"could not stop Ray on worker {node.id}: {problem}")
         return KillResult(node, Kill.RAY_STOPPED)
+    if notice_s:
+        at = time.time() + notice_s
+        if not provider.notify_reclaim(node, at):
+            raise UsageError(
+                f"worker {node.id} ({node.node_type}) cannot be given a reclaim notice here: "
+                "only workers of a localhost type with `node_config: {simulated_spot: true}` "
+                "can; drop --notice"
+            )
+        if on_notice is not None:
+            on_notice(node, at)
+        sleep(notice_s)
     if provider.reclaim_node(node):
         _wait_until(provider, node, reclaimed=True, clock=clock, sleep=sleep)
         return KillResult(node, Kill.RECLAIMED)

@@ -187,6 +187,7 @@ class ClusterStatus:
                     "node_type": n.node_type,
                     "ip": n.ip,
                     "state": n.state.value,
+                    "reclaim_at": n.reclaim_at,
                     "status": n.status.value,
                     "resources": dict(self.config.node_types[n.node_type].resources)
                     if n.node_type in self.config.node_types

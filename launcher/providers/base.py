@@ -82,6 +82,9 @@ class Node:
     tags: Mapping[str, str] = field(default_factory=dict)
     created_at: float = 0.0
     zone: str = ""  # where it runs (an availability zone); "" where there is one place
+    # When the provider has given notice that it takes the node back (a spot interruption
+    # notice): the time it goes. The node still runs until then.
+    reclaim_at: float | None = None
 
     @property
     def status(self) -> NodeStatus:
@@ -278,6 +281,12 @@ class NodeProvider(ABC):
         that part (the localhost provider, for types marked `simulated_spot`): the node's
         machine goes, and it is listed PREEMPTED until terminated. False (nothing done)
         where it cannot; callers then terminate the node instead."""
+        return False
+
+    def notify_reclaim(self, node: Node, at: float) -> bool:
+        """Give notice, as a cloud does before reclaiming a spot machine, that `node` goes at
+        time `at` (`reclaim_node` then takes it): it is listed with `reclaim_at` until then.
+        False where the provider cannot play that part."""
         return False
 
     def ray_paths(self, *, head: bool) -> tuple[str, ...]:

@@ -233,16 +233,31 @@ class LocalhostProvider(NodeProvider):
             return f"{len(left)} process(es) of node {node.id} still run: pid {left[0].pid}"
         return None
 
-    def reclaim_node(self, node: Node) -> bool:
+    def _spot_record(self, node: Node) -> tuple[Path, dict[str, Any]] | None:
+        """The record of `node` when it is a worker of a `simulated_spot` type."""
         node_type = self.config.node_types.get(node.node_type)
         if node.kind is not NodeKind.WORKER or node_type is None:
-            return False
+            return None
         if node_type.node_config.get("simulated_spot") is not True:
-            return False
+            return None
         path = self.nodes_dir / node.id / "node.json"
         data = _read_json(path)
-        if data is None:
+        return None if data is None else (path, data)
+
+    def notify_reclaim(self, node: Node, at: float) -> bool:
+        record = self._spot_record(node)
+        if record is None:
             return False
+        path, data = record
+        data["reclaim_at"] = at
+        _write_json(path, data)
+        return True
+
+    def reclaim_node(self, node: Node) -> bool:
+        record = self._spot_record(node)
+        if record is None:
+            return False
+        path, data = record
         spec = self._container(data)
         if spec is not None:
             problem = _remove_container(spec.engine, self._container_name(node.id, spec.name))
@@ -295,6 +310,7 @@ class LocalhostProvider(NodeProvider):
             tags=tags,
             created_at=float(data.get("created_at", 0)),
             zone=ZONE,
+            reclaim_at=data.get("reclaim_at"),
         )
 
 

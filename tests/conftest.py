@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,13 @@ from launcher.cli.main import cli
 
 REPO = Path(__file__).resolve().parent.parent
 RAY_EXAMPLES = REPO.parent / "shared" / "ray-example-configs"
+
+# Tests interrupt launcher processes with SIGINT (Ctrl-C). Run in the background of a shell
+# without job control (`pytest &` in a script), this process would start with SIGINT
+# ignored, which every child inherits: Ctrl-C would do nothing to them. A handler instead of
+# "ignore" is reset to the default in each child, so they get Ctrl-C as at a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @dataclass

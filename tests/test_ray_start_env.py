@@ -1,5 +1,5 @@
 """`ray start` is told each node type's declared resources and labels (Ray's
-RAY_OVERRIDE_RESOURCES / RAY_OVERRIDE_LABELS) on cloud providers, as Ray's updater does, so
+RAY_OVERRIDE_RESOURCES / RAY_OVERRIDE_LABELS) on cloud providers and this machine's localhost provider, as Ray's updater does, so
 `resources: {CPU: 0}` keeps work off a head whatever its machine; on-prem machines advertise
 what Ray detects, as with Ray."""
 
@@ -13,7 +13,7 @@ from launcher.providers.base import Node, NodeKind, NodeState
 from launcher.providers.gcp.provider import GcpProvider
 from launcher.providers.kubernetes.provider import KubernetesProvider
 from launcher.providers.local.provider import OnPremProvider
-from launcher.providers.localhost.provider import LocalhostProvider
+from launcher.providers.localhost.provider import DEFAULT_OBJECT_STORE_BYTES, LocalhostProvider
 
 CONFIG = parse_config(
     "cluster_name: env\nprovider: {type: aws, region: us-west-2}\n"
@@ -52,5 +52,20 @@ def test_which_providers_override_what_ray_detects() -> None:
     assert GcpProvider.overrides_ray_resources
     assert KubernetesProvider.overrides_ray_resources
     assert not OnPremProvider.overrides_ray_resources  # as Ray: each machine its own
-    # Localhost gives every command the resources itself (node_env), object store included.
-    assert not LocalhostProvider.overrides_ray_resources
+    assert LocalhostProvider.overrides_ray_resources
+
+
+def test_localhost_nodes_get_a_small_object_store_unless_the_type_gives_one() -> None:
+    config = parse_config(
+        "cluster_name: env\nprovider: {type: localhost}\n"
+        "available_node_types:\n"
+        "  head: {node_config: {}, resources: {CPU: 1}, max_workers: 0}\n"
+        "  big: {node_config: {}, resources: {CPU: 2, object_store_memory: 1000000000}}\n"
+        "head_node_type: head\n",
+        "env.yaml",
+    )
+    provider = LocalhostProvider(config)
+    head = json.loads(provider.ray_start_env(_node("head"))["RAY_OVERRIDE_RESOURCES"])
+    assert head == {"CPU": 1, "object_store_memory": DEFAULT_OBJECT_STORE_BYTES}
+    big = json.loads(provider.ray_start_env(_node("big"))["RAY_OVERRIDE_RESOURCES"])
+    assert big == {"CPU": 2, "object_store_memory": 1000000000}

@@ -18,6 +18,7 @@ from launcher.cluster.head import HeadSession
 from launcher.errors import LauncherError, UsageError
 from launcher.runners.container import host_runner
 from launcher.runners.forward import forwarding
+from launcher.runners.ray_node import option_values
 
 RAY_DASHBOARD_PORT = 8265
 READY_WAIT_S = 20.0  # a dashboard just started takes a few seconds to answer
@@ -38,13 +39,8 @@ def _words(command: str) -> list[str]:
 
 def _option(words: Sequence[str], name: str) -> str | None:
     """The value of `--name=V` or `--name V` (the last one given), else None."""
-    found = None
-    for index, word in enumerate(words):
-        if word.startswith(f"{name}="):
-            found = word.split("=", 1)[1]
-        elif word == name and index + 1 < len(words):
-            found = words[index + 1]
-    return found
+    values = option_values(words, name)
+    return values[-1] if values else None
 
 
 def dashboard_port(head_commands: Sequence[str], env: Mapping[str, str]) -> int | None:

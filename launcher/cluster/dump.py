@@ -56,14 +56,13 @@ from launcher.cluster.dump_plan import (
     survey_script,
     trim_to_line,
 )
-from launcher.cluster.head import connect
+from launcher.cluster.head import connect, daemon_runner_of
 from launcher.config.model import ClusterConfig
 from launcher.errors import NoClusterError
 from launcher.paths import cluster_dir
 from launcher.providers.base import Node, NodeKind, NodeProvider, head_of
 from launcher.providers.factory import make_provider
 from launcher.runners.base import CommandRunner
-from launcher.runners.container import host_runner
 from launcher.updater.runner import node_runner
 
 MAX_THREADS = 8
@@ -127,12 +126,11 @@ def dump(
                 # The dump's commands and their output go to a log of their own, not to
                 # the node's setup log that the dump gathers.
                 made = node_runner(provider, config, node, staging / "commands" / node.id)
-                # The autoscaler's files are where it runs (as head.connect() says).
-                return host_runner(made) if daemon and not daemon_in_node else made
+                # The autoscaler's files are where it runs.
+                return daemon_runner_of(provider, made) if daemon else made
 
             return make
 
-        daemon_in_node = provider.installs_launcher_on_head
         head = session.head
         jobs = [_Job(autoscaler_target(head), runner(head, daemon=True), session.env)]
         jobs += [_Job(ray_target(config, n), runner(n), provider.node_env(n, head)) for n in nodes]

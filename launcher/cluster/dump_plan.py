@@ -17,6 +17,7 @@ from launcher.autoscaler.spec import LOG_FILE, STATE_FILE
 from launcher.config.model import ClusterConfig
 from launcher.errors import UsageError
 from launcher.providers.base import Node, NodeKind
+from launcher.runners.ray_node import option_values
 
 DEFAULT_MAX_BYTES = 200 * 2**20
 # Below this a file's share is not worth reading: files are left out instead.
@@ -72,11 +73,9 @@ def _temp_dir_option(commands: Sequence[str]) -> str | None:
             words = shlex.split(command, comments=True)
         except ValueError:
             continue
-        for index, word in enumerate(words):
-            if word.startswith("--temp-dir="):
-                found = word.split("=", 1)[1]
-            elif word == "--temp-dir" and index + 1 < len(words):
-                found = words[index + 1]
+        values = option_values(words, "--temp-dir")
+        if values:
+            found = values[-1]
     return found
 
 

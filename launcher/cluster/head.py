@@ -68,8 +68,14 @@ def connect(
     # Ray's own autoscaler runs read-only beside ours and would tell drivers that no node
     # type fits their demand; that is our job, so its scheduler events are turned off.
     env["RAY_SCHEDULER_EVENTS"] = "0"
-    daemon_runner = runner if provider.installs_launcher_on_head else host_runner(runner)
-    return HeadSession(config, provider, head, runner, env, daemon_runner)
+    return HeadSession(config, provider, head, runner, env, daemon_runner_of(provider, runner))
+
+
+def daemon_runner_of(provider: NodeProvider, head_runner: CommandRunner) -> CommandRunner:
+    """Where the autoscaler (and its files) are, given the head's runner: with the head's
+    Ray (in its container) where the head is a machine of its own; on this machine's host
+    where the head shares this machine."""
+    return head_runner if provider.installs_launcher_on_head else host_runner(head_runner)
 
 
 def read_head_file(session: HeadSession, path: str) -> str | None:

@@ -27,7 +27,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import ProviderError
@@ -226,11 +226,16 @@ class NodeProvider(ABC):
         if not self.overrides_ray_resources or node_type is None:
             return {}
         env = {}
-        if node_type.resources:
-            env["RAY_OVERRIDE_RESOURCES"] = json.dumps(dict(node_type.resources), sort_keys=True)
+        resources = self.ray_resources(node_type)
+        if resources:
+            env["RAY_OVERRIDE_RESOURCES"] = json.dumps(resources, sort_keys=True)
         if node_type.labels:
             env["RAY_OVERRIDE_LABELS"] = json.dumps(dict(node_type.labels), sort_keys=True)
         return env
+
+    def ray_resources(self, node_type: NodeType) -> dict[str, Any]:
+        """The resources `ray start` is told a node of `node_type` has (`ray_start_env`)."""
+        return dict(node_type.resources)
 
     def container_mounts(self, node: Node) -> tuple[str, ...]:
         """Directories of `node`'s host (`~/...`) that the launcher's code inside the node's

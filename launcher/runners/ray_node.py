@@ -78,6 +78,18 @@ def ray_paths(commands: Sequence[str]) -> tuple[str, ...]:
     return tuple(found)
 
 
+def option_values(words: Sequence[str], name: str) -> list[str]:
+    """The values a command's `words` give option `name` (`--name=V` or `--name V`), in
+    the order written."""
+    values = []
+    for index, word in enumerate(words):
+        if word.startswith(f"{name}="):
+            values.append(word.split("=", 1)[1])
+        elif word == name and index + 1 < len(words):
+            values.append(words[index + 1])
+    return values
+
+
 def gcs_port(head_commands: Sequence[str]) -> int:
     """The port the head's `ray start --head` gives Ray's GCS (`--port N`), else Ray's
     default, 6379."""
@@ -89,13 +101,8 @@ def gcs_port(head_commands: Sequence[str]) -> int:
             continue
         if "start" not in words or "--head" not in words:
             continue
-        for index, word in enumerate(words):
-            value = None
-            if word.startswith("--port="):
-                value = word.split("=", 1)[1]
-            elif word == "--port" and index + 1 < len(words):
-                value = words[index + 1]
-            if value is not None and value.isdigit():
+        for value in option_values(words, "--port"):
+            if value.isdigit():
                 port = int(value)
     return port
 

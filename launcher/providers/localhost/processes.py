@@ -137,15 +137,11 @@ def stop_processes(pids: Iterable[int], grace_s: float = 3.0) -> list[int]:
     targets = [pid for pid in pids if is_alive(pid)]
     for pid in targets:
         _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(is_alive(p) for p in targets):
-        time.sleep(0.05)
+    _wait_gone(targets, grace_s)
     for pid in targets:
         if is_alive(pid):
             _signal(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline and any(is_alive(p) for p in targets):
-        time.sleep(0.05)
+    _wait_gone(targets, 2.0)
     return targets
 
 
@@ -155,10 +151,14 @@ def kill_processes(pids: Iterable[int]) -> list[int]:
     targets = [pid for pid in pids if is_alive(pid)]
     for pid in targets:
         _signal(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline and any(is_alive(p) for p in targets):
-        time.sleep(0.05)
+    _wait_gone(targets, 2.0)
     return targets
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(is_alive(p) for p in pids):
+        time.sleep(0.05)
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

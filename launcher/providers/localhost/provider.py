@@ -58,9 +58,6 @@ ZONE = "localhost"
 
 
 class LocalhostProvider(NodeProvider):
-    # node_env already gives every command the type's resources (with an object store
-    # size fit for one machine hosting many nodes).
-    overrides_ray_resources = False
     containers_run = "here"
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
@@ -201,9 +198,6 @@ class LocalhostProvider(NodeProvider):
         data = _read_json(self.nodes_dir / node.id / "node.json") or {}
         head_data = _read_json(self.nodes_dir / head.id / "node.json") if head else None
         head_ports = (head_data or {}).get("ports", {})
-        node_type = self.config.node_types.get(node.node_type)
-        resources: dict[str, Any] = dict(node_type.resources) if node_type else {}
-        resources.setdefault("object_store_memory", DEFAULT_OBJECT_STORE_BYTES)
         python_bin = str(Path(sys.executable).parent)
         env.update(
             LAUNCHER_RAY_PORT=str(head_ports.get("ray", "")),
@@ -213,14 +207,17 @@ class LocalhostProvider(NodeProvider):
             LAUNCHER_TEMP_DIR=self.temp_dir(),
             LAUNCHER_HOME=str(launcher_home()),
             RAY_USAGE_STATS_ENABLED="0",
-            RAY_OVERRIDE_RESOURCES=json.dumps(resources, sort_keys=True),
         )
         if self._container(data) is None:
             # On the host, Ray is this launcher's; a container has its image's.
             env["PATH"] = python_bin + os.pathsep + os.environ.get("PATH", "")
-        if node_type and node_type.labels:
-            env["RAY_OVERRIDE_LABELS"] = json.dumps(dict(node_type.labels), sort_keys=True)
         return env
+
+    def ray_resources(self, node_type: NodeType) -> dict[str, Any]:
+        # Many nodes share this machine's memory: a small object store unless one is given.
+        resources = super().ray_resources(node_type)
+        resources.setdefault("object_store_memory", DEFAULT_OBJECT_STORE_BYTES)
+        return resources
 
     def ray_start_guard(self, node: Node) -> contextlib.AbstractContextManager[None]:
         return _machine_lock("localhost-ray-start.lock")

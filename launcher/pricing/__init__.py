@@ -1,7 +1,8 @@
 """A small dated table of instance sizes and hourly prices, for estimates in `plan`.
 
 Prices are indicative list prices in one reference region per provider; the table says
-when it was compiled, and everything shown from it carries that date.
+when it was compiled and where its figures come from, and everything shown from it carries
+that date.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class MachineInfo:
 class PriceTable:
     as_of: str
     note: str
+    source: str  # the pricing pages the figures were read from
     reference_regions: Mapping[str, str]
     machines: Mapping[str, Mapping[str, MachineInfo]]
     accelerators: Mapping[str, Mapping[str, HourlyPrice]]
@@ -73,6 +75,7 @@ def load_prices() -> PriceTable:
     return PriceTable(
         as_of=raw["as_of"],
         note=raw["note"],
+        source=raw["source"],
         reference_regions={"aws": aws["reference_region"], "gcp": gcp["reference_region"]},
         machines={
             "aws": {k: _machine(k, v) for k, v in aws["instance_types"].items()},

@@ -291,7 +291,9 @@ def trial_milestones(
 ) -> tuple[Times, str | None]:
     """joined, rescheduled, restored, gcs_dead, tune_failed (epoch seconds) from the events
     file, and the node trial 0 was rescheduled on. `since`: when the node's replacement may
-    have been asked for (a reclaim notice before the death); else the death."""
+    have been asked for (a reclaim notice before the death); else the death. With a notice,
+    the trial may move (the autoscaler stops the noticed node's Ray once the replacement has
+    room) and be restored before the death: a negative time."""
     found: Times = {}
     new_node = None
     for e in events(path):
@@ -300,8 +302,6 @@ def trial_milestones(
         event, trial = e["event"], e.get("trial")
         if event == "node_alive" and e["node"] != dead_node:
             found.setdefault("joined", e["t"])
-        elif e["t"] < death:
-            continue
         elif event == "node_dead" and e["node"] == dead_node:
             found.setdefault("gcs_dead", e["t"])
         elif event == "tune_failed" and trial == 0:
@@ -314,9 +314,9 @@ def trial_milestones(
     return found, new_node
 
 
-def recovered(path: Path, dead_node: str, death: float) -> bool:
+def recovered(path: Path, dead_node: str, death: float, since: float | None = None) -> bool:
     """Trial 0 restored, and the GCS declared the dead node dead (or GCS_WAIT_S passed)."""
-    found, _ = trial_milestones(path, death, dead_node)
+    found, _ = trial_milestones(path, death, dead_node, since)
     return "restored" in found and ("gcs_dead" in found or time.time() - death > GCS_WAIT_S)
 
 
@@ -439,7 +439,7 @@ def ours(work: Path, index: int, notice_s: float = 0.0) -> Times:
             with NodeWatcher(nodes_dir) as watcher:
                 since, death, dead_id = _take(config, victim["ip"], notice_s)
                 wait_for(
-                    lambda: recovered(path, victim["node"], death),
+                    lambda: recovered(path, victim["node"], death, since),
                     "trial 0 restored",
                     RECOVERY_TIMEOUT_S,
                     alive,

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -619,3 +620,52 @@ def test_the_work_on_a_noticed_node_is_demand_for_its_replacement() -> None:
     assert moved.pending == (({"CPU": 1.0}, 2), ({"CPU": 3.0}, 1))
     unknown = dataclasses.replace(leaving, ip="10.9.9.9")  # no Ray node there: nothing to move
     assert with_work_of(demand, [unknown]) == demand
+
+
+class _Evacuated(_Cloud):
+    """Records the nodes whose Ray the daemon stops."""
+
+    def __init__(self, config: ClusterConfig, capacity: Mapping[tuple[str, str], int]) -> None:
+        super().__init__(config, capacity)
+        self.ray_stopped: list[str] = []
+        self.stopped = threading.Event()
+
+    def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
+        return cast(CommandRunner, object())
+
+    def stop_node_ray(self, node: Node, runner: CommandRunner) -> str | None:
+        self.ray_stopped.append(node.id)
+        self.stopped.set()
+        return None
+
+
+def test_a_noticed_node_s_ray_is_stopped_once_its_work_fits_elsewhere_and_it_is_left_to_the_reclaim(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Once the replacement has joined Ray with room for the noticed node's work, the daemon
+    stops that node's Ray (so Ray moves the work now), once; the node, its Ray now dead, is
+    not replaced as broken while its reclaim is due: the provider takes it."""
+    daemon, cloud = _daemon(monkeypatch, tmp_path, {("spot", "zone-a"): 2}, _Evacuated)
+    _tick(daemon)
+    cloud.made = [
+        dataclasses.replace(n, ip=f"10.0.0.{i}", state=NodeState.RUNNING, tags={TAG_STATUS: NodeStatus.UP_TO_DATE})
+        for i, n in enumerate(cloud.made, 1)
+    ]  # fmt: skip
+    leaving = dataclasses.replace(cloud.made[0], reclaim_at=time.time() + 120)
+    cloud.made[0] = leaving
+    ray = [RayNode("r1", "10.0.0.1", {"CPU": 4.0}, {"CPU": 1.0}, 0.0, True),
+           RayNode("r2", "10.0.0.2", {"CPU": 4.0}, {"CPU": 0.0}, 0.0, True)]  # fmt: skip
+    monkeypatch.setattr(daemon, "_demand", lambda head: Demand(nodes=tuple(ray)))
+    _later(daemon, LISTING_MAX_AGE_S)
+    _tick(daemon)
+    assert cloud.ray_stopped == []  # no room for its 3 CPUs anywhere yet
+    ray.append(RayNode("r3", "10.0.0.3", {"CPU": 4.0}, {"CPU": 4.0}, 0.0, True))  # joined
+    _tick(daemon)
+    assert cloud.stopped.wait(10) and cloud.ray_stopped == [leaving.id]
+    ray[0] = dataclasses.replace(ray[0], alive=False)
+    cloud.made[0] = dataclasses.replace(leaving, state=NodeState.DEAD)
+    _later(daemon, LISTING_MAX_AGE_S)
+    _tick(daemon)
+    _tick(daemon)
+    assert cloud.ray_stopped == [leaving.id]
+    assert leaving.id in {n.id for n in cloud.made}  # not terminated: the reclaim is due

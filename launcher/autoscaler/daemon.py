@@ -21,18 +21,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from launcher.autoscaler.autostop import autostop_cluster, open_sessions, read_autostop
 from launcher.autoscaler.backoff import TypeBackoff
 from launcher.autoscaler.demand import Demand
+from launcher.autoscaler.evacuate import Evacuation, evacuations, used_resources
 from launcher.autoscaler.executor import Executor
 from launcher.autoscaler.gcs import GcsDemandReader
+from launcher.autoscaler.idle import IdleTimer, busy_reasons, due
 from launcher.autoscaler.listing import NodeListing
 from launcher.autoscaler.minimum import broken_workers
 from launcher.autoscaler.observe import planner_settings, snapshot
 from launcher.autoscaler.planner import Plan, plan
-from launcher.autoscaler.spec import STARTED_LINE, STATE_FILE, AutoscalerSpec
-from launcher.config.model import ClusterConfig
+from launcher.autoscaler.spec import (
+    AUTOSTOP_FILE,
+    SESSIONS_DIR,
+    STARTED_LINE,
+    STATE_FILE,
+    AutoscalerSpec,
+)
+from launcher.config.model import Autostop, ClusterConfig
 from launcher.errors import LauncherError
 from launcher.events import Event, NodeProgress
+from launcher.paths import node_log
 from launcher.pricing import load_prices
 from launcher.providers.base import (
     Node,
@@ -44,12 +54,17 @@ from launcher.providers.base import (
 )
 from launcher.providers.factory import make_provider
 from launcher.providers.registry import SPECS
+from launcher.records.keeping import note_listing
+from launcher.updater.runner import node_runner
 from launcher.updater.updater import NodeUpdater, UpdateOptions
 
 MAX_PARALLEL_SETUPS = 32  # setups wait on SSH and the nodes, not on this machine
 RESYNC_INTERVAL_S = 10.0  # file_mounts_sync_continuously: how often workers get the mounts
 SETUP_FAILURES_BEFORE_BACKOFF = 3
 SETUP_FAILURES_GIVE_UP = 8  # a type failing setup this often in a row is not replaced again
+# A noticed worker (its Ray perhaps stopped to move its work) is left to the provider's
+# reclaim, not replaced as broken, until this long after the time it was to be taken.
+RECLAIM_GRACE_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -63,11 +78,13 @@ class _Choice:
     unavailable: dict[str, str]
     result: Plan
     setups: list[tuple[Node, bool]]  # (worker, files only)
+    evacuate: list[Evacuation]
 
     @property
     def acts(self) -> bool:
         return bool(
             self.preempted
+            or self.evacuate
             or self.broken
             or self.result.terminate
             or self.result.launches()
@@ -99,6 +116,11 @@ def _noticed(node: Node) -> bool:
     )
 
 
+def _awaiting_reclaim(node: Node, now: float) -> bool:
+    """A noticed worker whose reclaim is due now or soon: the provider's to take, not ours."""
+    return _noticed(node) and (node.reclaim_at or 0.0) + RECLAIM_GRACE_S > now
+
+
 def with_work_of(demand: Demand, leaving: list[Node]) -> Demand:
     """`demand` plus, for each of `leaving`, what Ray runs there now (its resources in use),
     as one more bundle waiting for room: the work that must move when the node goes."""
@@ -108,8 +130,7 @@ def with_work_of(demand: Demand, leaving: list[Node]) -> Demand:
         ray = by_ip.get(node.ip or "")
         if ray is None:
             continue
-        used = {k: v - ray.available.get(k, 0.0) for k, v in ray.total.items()}
-        used = {k: v for k, v in used.items() if v > 0 and k != "object_store_memory"}
+        used = used_resources(ray)
         if used:
             extra.append((used, 1))
     if not extra:
@@ -131,6 +152,8 @@ class Daemon:
         config: ClusterConfig,
         interval_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        config_text: str = "",
     ) -> None:
         self.provider = provider
         self.config = config
@@ -146,6 +169,8 @@ class Daemon:
         )
         self.wake = threading.Event()  # a launch finished: tick now, to set its nodes up
         self.clock = clock  # for listing ages and backoffs
+        self.wall_clock = wall_clock  # for reclaim times, which providers give as epochs
+        self.config_text = config_text  # the cluster's YAML, kept in its record
         self.listing = NodeListing(provider.nodes, clock=clock)
         self.executor = Executor(
             provider, config, self._decided, clock=clock, on_done=self._launch_done
@@ -158,7 +183,12 @@ class Daemon:
         self.recent: list[dict[str, object]] = []
         self.preempted: set[str] = set()
         self.noticed: set[str] = set()  # given notice of a reclaim (until it is gone)
+        self.evacuated: set[str] = set()  # noticed nodes whose Ray was stopped to move work
         self.last_resync = 0.0
+        self.idle = IdleTimer()
+        self.gcs_read = False  # whether this tick's demand was read from Ray
+        self.autostop: Autostop | None = config.autostop
+        self.idle_s = 0.0
 
     def run(self) -> None:
         log(f"{STARTED_LINE} {self.config.cluster_name} started")
@@ -190,8 +220,27 @@ class Daemon:
         resync = self._resync_due()
         choice = self._choose(listed, busy, demand, resync)
         if choice.acts and not just_read:  # never act on an earlier tick's listing
-            choice = self._choose(self.listing.fresh(), busy, demand, resync)
+            listed, just_read = self.listing.fresh(), True
+            choice = self._choose(listed, busy, demand, resync)
+        if just_read:
+            self._record(listed)
         self._act(choice, demand)
+        self._autostop_check(demand)
+
+    def _autostop_check(self, demand: Demand) -> None:
+        """Autostop: follow how long the cluster has been idle; stop it when it is time."""
+        self.autostop = read_autostop(AUTOSTOP_FILE, self.config.autostop)
+        reasons = busy_reasons(demand if self.gcs_read else None, open_sessions(SESSIONS_DIR))
+        self.idle_s = self.idle.update(reasons, self.clock())
+        if self.autostop is None or not due(self.autostop, self.idle_s):
+            return
+        try:
+            done = autostop_cluster(self.provider, self.config, self.autostop, self.idle_s, log)
+        except LauncherError as exc:
+            log(f"error: autostop failed: {exc}")
+            return
+        log(done)
+        self.stopping.set()  # the cluster is stopped (or gone): nothing left to scale
 
     def _choose(self, listed: list[Node], busy: set[str], demand: Demand, resync: bool) -> _Choice:
         """What this tick would do, given the listing: decided, not done."""
@@ -201,7 +250,10 @@ class Daemon:
         noticed = [n for n in nodes if _noticed(n)]
         # Facts, before the plan: a type taken back (or about to be) is avoided now.
         self._note_preempted(preempted, noticed)
-        broken = broken_workers(self.config, nodes, busy, demand.nodes)
+        now = self.wall_clock()
+        evacuate = evacuations(noticed, demand.nodes, now, self.evacuated)
+        waiting = [n for n in nodes if not _awaiting_reclaim(n, now)]
+        broken = broken_workers(self.config, waiting, busy, demand.nodes)
         unavailable = self._unavailable()
         # A node about to be taken back is planned as gone, and what runs on it as waiting
         # for room: its replacement is launched now, not once it has gone.
@@ -216,7 +268,14 @@ class Daemon:
         result = plan(view, self.settings)
         gone = {i for i, _ in broken} | {i for i, _ in result.terminate} | {n.id for n in noticed}
         setups = [] if head is None else _setups(listed, busy | gone, resync)
-        return _Choice(nodes, head, preempted, broken, unavailable, result, setups)
+        return _Choice(nodes, head, preempted, broken, unavailable, result, setups, evacuate)
+
+    def _record(self, listed: list[Node]) -> None:
+        """Keep the cluster's record (what runs since when, at what price) as listed."""
+        try:
+            note_listing(self.config, listed, config_text=self.config_text)
+        except OSError as exc:
+            log(f"could not update the cluster's record: {exc}")
 
     def _note_preempted(self, preempted: list[Node], noticed: list[Node]) -> None:
         """Tell the executor of each node the provider took back, or gave notice it takes
@@ -234,8 +293,11 @@ class Daemon:
                 self.executor.preempted(node)
         self.preempted = {n.id for n in preempted}
         self.noticed = {n.id for n in noticed} | (self.noticed & self.preempted)
+        self.evacuated &= self.noticed
 
     def _act(self, choice: _Choice, demand: Demand) -> None:
+        for evacuation in choice.evacuate:
+            self._evacuate(evacuation)
         for node_id, reason in choice.broken:
             self._decided(f"terminate {node_id}: {reason}", "terminate")
         result = choice.result
@@ -260,6 +322,34 @@ class Daemon:
         if choice.head is not None:
             for node, files_only in choice.setups:
                 self._start_update(node, choice.head, files_only)
+
+    def _evacuate(self, evacuation: Evacuation) -> None:
+        """Stop the Ray of a noticed worker (on a thread of its own: it may take a while over
+        SSH), so Ray moves its work now rather than once the machine is gone."""
+        node = evacuation.node
+        self.evacuated.add(node.id)
+        when = time.strftime("%H:%M:%S", time.localtime(node.reclaim_at))
+        log(
+            f"{node.id} ({node.node_type}): stopping its Ray ahead of the reclaim at {when} "
+            f"({evacuation.reason}), so its work restarts elsewhere now"
+        )
+
+        def stop() -> None:
+            runner = node_runner(
+                self.provider, self.config, node, node_log(self.config.cluster_name, node.id)
+            )
+            try:
+                problem = self.provider.stop_node_ray(node, runner)
+            except LauncherError as exc:
+                problem = str(exc)
+            finally:
+                self.listing.invalidate()
+            if problem:
+                log(f"{node.id}: could not stop its Ray before the reclaim: {problem}")
+            else:
+                log(f"{node.id}: Ray stopped; its work can restart elsewhere")
+
+        threading.Thread(target=stop, name=f"evacuate-{node.id}", daemon=True).start()
 
     def _launch_done(self) -> None:
         """A launch finished (on the executor's thread): list again, and tick now."""
@@ -288,6 +378,7 @@ class Daemon:
 
     def _demand(self, head: Node | None) -> Demand:
         """Ray's demand, or none while the GCS cannot be read (bounded: see gcs.py)."""
+        self.gcs_read = False
         if head is None or head.status is not NodeStatus.UP_TO_DATE:
             return Demand()
         address = self.provider.ray_address(head)
@@ -295,7 +386,9 @@ class Daemon:
             if self.reader is not None:
                 self.reader.close()
             self.reader = GcsDemandReader(address, log)
-        return self.reader.read() or Demand()
+        demand = self.reader.read()
+        self.gcs_read = demand is not None
+        return demand or Demand()
 
     def _decided(self, text: str, action: str) -> None:
         """Log a decision when it differs from the last tick's, so the log stays readable."""
@@ -330,6 +423,14 @@ class Daemon:
             "requested": [dict(c) for c in demand.constraints],
             "infeasible": [dict(r) for r in result.infeasible],
             "decisions": self.recent[-10:],
+            "autostop": None
+            if self.autostop is None
+            else {
+                "idle_minutes": self.autostop.idle_minutes,
+                "down": self.autostop.down,
+                "idle_s": self.idle_s,
+                "busy": list(self.idle.busy),
+            },
         }
         path = Path(STATE_FILE).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -389,7 +490,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     spec = AutoscalerSpec.from_json(Path(args.spec).expanduser().read_text())
     config = spec.load_on_head()
-    daemon = Daemon(make_provider(config, on_head=True), config, args.interval)
+    daemon = Daemon(
+        make_provider(config, on_head=True), config, args.interval, config_text=spec.config_text
+    )
 
     def stop(signum: int, frame: FrameType | None) -> None:
         daemon.stopping.set()

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 from launcher.autoscaler.planner import Gang, Resources
 
 _V1_REQUEST_KEY = b"autoscaler_resource_request"
+JOBS_UNKNOWN = "the job table could not be read"
 _STRATEGIES = ("STRICT_SPREAD", "STRICT_PACK", "SPREAD", "PACK")
 
 
@@ -42,6 +43,9 @@ class Demand:
     gangs: tuple[Gang, ...] = ()
     constraints: tuple[Resources, ...] = ()
     nodes: tuple[RayNode, ...] = ()
+    # Ray jobs whose driver runs (not Ray's internal ones); JOBS_UNKNOWN when the job table
+    # could not be read (counted as a job: autostop fails closed).
+    jobs: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -107,7 +111,20 @@ class DemandReader:
             )
             for n in state.node_states
         )
-        return Demand(pending, gangs, tuple(constraints), nodes)
+        return Demand(pending, gangs, tuple(constraints), nodes, self._jobs())
+
+    def _jobs(self) -> tuple[str, ...]:
+        try:
+            jobs = self.client.get_all_job_info(
+                skip_submission_job_info_field=True, skip_is_running_tasks_field=True
+            )
+        except Exception:  # fail closed: a job may run
+            return (JOBS_UNKNOWN,)
+        return tuple(
+            job.job_id.hex()
+            for job in jobs.values()
+            if not job.is_dead and not job.config.ray_namespace.startswith("_ray_internal")
+        )
 
     def _v1_requests(self) -> list[Resources]:
         try:
@@ -136,6 +153,7 @@ def encode(demand: Demand) -> dict[str, Any]:
             [n.node_id, n.ip, dict(n.total), dict(n.available), n.idle_s, n.alive]
             for n in demand.nodes
         ],
+        "jobs": list(demand.jobs),
     }
 
 
@@ -148,6 +166,7 @@ def decode(data: Mapping[str, Any]) -> Demand:
             RayNode(i, ip, dict(t), dict(a), float(idle), bool(alive))
             for i, ip, t, a, idle, alive in data["nodes"]
         ),
+        tuple(str(j) for j in data.get("jobs", ())),
     )
 
 

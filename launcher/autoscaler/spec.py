@@ -20,6 +20,10 @@ SPEC_FILE = f"{HEAD_DIR}/autoscaler.json"
 LOG_FILE = f"{HEAD_DIR}/monitor.log"
 PID_FILE = f"{HEAD_DIR}/monitor.pid"
 STATE_FILE = f"{HEAD_DIR}/autoscaler-state.json"
+# Autostop set by `launcher autostop` / `up --idle-minutes-to-autostop` (over the config's).
+AUTOSTOP_FILE = f"{HEAD_DIR}/autostop.json"
+# One file per open exec/attach/submit session, named by its shell's process id.
+SESSIONS_DIR = f"{HEAD_DIR}/sessions"
 STARTED_LINE = "autoscaler for cluster"  # the daemon's first log line begins so
 
 

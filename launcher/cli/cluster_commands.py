@@ -13,8 +13,9 @@ import click
 from launcher.cli.app import Settings, cli
 from launcher.cli.progress import ProgressView
 from launcher.cluster import lifecycle, ops
+from launcher.cluster.autostop_setting import parse_idle_minutes, set_autostop
 from launcher.config.loader import Overrides, load_config
-from launcher.config.model import ClusterConfig
+from launcher.config.model import Autostop, ClusterConfig
 from launcher.errors import UsageError
 
 F = Callable[..., Any]
@@ -167,6 +168,21 @@ def _down(
     "--restart-only", is_flag=True, help="Skip file syncing and setup commands; only restart Ray."
 )
 @click.option("--no-wait", is_flag=True, help="Return once the head is up, before workers.")
+@click.option(
+    "-i",
+    "--idle-minutes-to-autostop",
+    "idle_minutes",
+    default=None,
+    metavar="N",
+    help="Have the head stop the cluster once it has been idle N minutes "
+    "(see `launcher autostop`).",
+)
+@click.option(
+    "--down",
+    "autostop_down",
+    is_flag=True,
+    help="With -i: tear the cluster down when idle instead of stopping its nodes.",
+)
 @yes_option
 @name_option
 @cache_option
@@ -179,6 +195,8 @@ def up(
     no_restart: bool,
     restart_only: bool,
     no_wait: bool,
+    idle_minutes: str | None,
+    autostop_down: bool,
     yes: bool,
     cluster_name: str | None,
     no_config_cache: bool,
@@ -186,13 +204,18 @@ def up(
     """Create or update a cluster: the head node, its setup, Ray and the autoscaler."""
     if no_restart and restart_only:
         raise UsageError("--no-restart and --restart-only contradict each other; pick one")
+    if autostop_down and idle_minutes is None:
+        raise UsageError("--down needs -i/--idle-minutes-to-autostop N (minutes idle)")
+    autostop = (
+        None if idle_minutes is None else Autostop(parse_idle_minutes(idle_minutes), autostop_down)
+    )
     overrides = Overrides(
         cluster_name=cluster_name,
         min_workers=min_workers,
         max_workers=max_workers,
         no_restart=no_restart,
     )
-    _up(
+    result = _up(
         settings,
         cluster_config_file,
         overrides,
@@ -201,6 +224,9 @@ def up(
             restart_only=restart_only, no_restart=no_restart, wait_for_workers=not no_wait
         ),
     )
+    if autostop is not None:
+        set_autostop(result.config, autostop)
+        settings.output.line(f"Autostop: {autostop.describe()}, acted on by the head.")
 
 
 @cli.command()

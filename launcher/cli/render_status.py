@@ -74,8 +74,21 @@ def render_autoscaler(console: Console, state: AutoscalerState | None) -> None:
         console.print(
             "Infeasible (fits no node type): " + ", ".join(_bundle(r) for r in state.infeasible)
         )
+    console.print(autostop_line(state.raw.get("autostop")))
     if state.decisions:
         console.print("Recent decisions:")
         for when, text in state.decisions:
             stamp = time.strftime("%H:%M:%S", time.localtime(when))
             console.print(f"  {stamp} {escape(text)}")
+
+
+def autostop_line(raw: object) -> str:
+    """`Autostop: stop after 10 min idle; idle 3.2 min so far` (or what keeps it busy)."""
+    if not isinstance(raw, dict):
+        return "Autostop: off (`launcher autostop CLUSTER.yaml -i N` sets it)"
+    what = "down" if raw.get("down") else "stop"
+    line = f"Autostop: {what} after {float(raw.get('idle_minutes', 0)):g} min idle; "
+    busy = raw.get("busy") or []
+    if busy:
+        return line + "not idle: " + escape(", ".join(str(b) for b in busy))
+    return line + f"idle {float(raw.get('idle_s', 0)) / 60:.1f} min so far"

@@ -21,6 +21,8 @@ from launcher.errors import LauncherError, NoClusterError, UsageError
 from launcher.paths import node_log
 from launcher.providers.base import Node, NodeProvider, NodeStatus
 from launcher.providers.factory import make_provider
+from launcher.records.keeping import note_copy
+from launcher.records.store import head_record_path, parse_record
 from launcher.runners.base import CommandRunner
 from launcher.runners.container import host_runner
 from launcher.updater.runner import node_runner
@@ -176,3 +178,12 @@ _STOP_CODES = {0: DaemonStop.STOPPED, 3: DaemonStop.NOT_RUNNING, 4: DaemonStop.K
 
 def monitor_command(lines: int, follow: bool) -> str:
     return f"tail -n {int(lines)} {'-F' if follow else ''} {LOG_FILE}"
+
+
+def fetch_head_record(session: HeadSession) -> None:
+    """Merge the head's copy of the cluster's record (kept by the autoscaler there) into
+    this machine's. A head sharing this machine's records (localhost) has no copy."""
+    name = session.config.cluster_name
+    copy = parse_record(read_head_file(session, head_record_path(name)))
+    if copy is not None:
+        note_copy(name, copy)

@@ -18,6 +18,7 @@ from launcher.cluster.head import (
     HeadSession,
     connect,
     ensure_daemon,
+    fetch_head_record,
     stop_daemon,
     stop_wait_s,
 )
@@ -38,6 +39,7 @@ from launcher.providers.base import (
 )
 from launcher.providers.factory import make_provider
 from launcher.providers.registry import provider_spec
+from launcher.records.keeping import note_gone, note_listing
 from launcher.updater.updater import NodeUpdater, UpdateOptions
 
 Confirm = Callable[[str], bool]
@@ -112,6 +114,7 @@ def up(
         for made in provider.bootstrap(options.ready_timeout_s):
             events(Message(made))
         head, created, listed = _head(provider, config, events, confirm)
+        note_listing(config, [*listed, head], config_text=text)
         steps = NodeUpdater(
             provider,
             config,
@@ -138,6 +141,7 @@ def up(
         # When this up changed nothing, the workers are as listed at its start.
         known = listed if steps.nothing and daemon == "running" else None
         workers = wait_for_min_workers(provider, config, events, options.workers_timeout_s, known)
+    note_listing(config, [session.head, *workers], listed_all=False)
     return UpResult(config, session.head, session.env["RAY_ADDRESS"], created, daemon, workers)
 
 
@@ -293,6 +297,10 @@ def down(
         removed: list[str] = []
         if not workers_only:
             removed = provider.cleanup(purge=purge)
+            note_gone(config, "taken down with `launcher down`")
+        else:
+            gone = {n.id for n in targets}
+            note_listing(config, [n for n in nodes if n.id not in gone])
     if not workers_only:
         _remove_cluster_dir(config.cluster_name)
     return DownResult(
@@ -369,7 +377,9 @@ def _stop_autoscaler(
     session: HeadSession = connect(config, provider, head, any_status=True)
     if head.status is not NodeStatus.UP_TO_DATE and session.daemon_runner.check_ready():
         return DaemonStop.UNREACHABLE  # one try: a head still booting is common here
-    return stop_daemon(session)
+    stopped = stop_daemon(session)
+    fetch_head_record(session)  # what the autoscaler recorded, now that it is stopped
+    return stopped
 
 
 def _remove_cluster_dir(cluster_name: str) -> None:

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.autoscaler.spec import STATE_FILE
+from launcher.autoscaler.spec import SESSIONS_DIR, STATE_FILE
 from launcher.cluster.head import (
     HeadSession,
     connect,
     daemon_running,
+    fetch_head_record,
     monitor_command,
     read_head_file,
 )
@@ -23,6 +24,7 @@ from launcher.config.model import ClusterConfig
 from launcher.errors import NoClusterError
 from launcher.providers.base import Node, NodeKind
 from launcher.providers.factory import make_provider
+from launcher.records.keeping import note_listing
 from launcher.runners.base import OutputSink
 from launcher.runners.container import host_runner
 from launcher.runners.forward import forwarding
@@ -45,6 +47,13 @@ def wrap_session(command: str, *, screen: bool, tmux: bool) -> tuple[str, str | 
     if tmux:
         return f"tmux new-session -d -s {name} bash -c {inner}", name
     return f"screen -dmS {name} bash -c {inner}", name
+
+
+def marked_session(command: str) -> str:
+    """`command` run as an open session on the head, which autostop waits for: a file named
+    by the shell's process id while it runs (its `exec` keeps that id)."""
+    folder = SESSIONS_DIR
+    return f"mkdir -p {folder} && echo $$ > {folder}/$$; trap 'rm -f {folder}/$$' EXIT; {command}"
 
 
 @contextlib.contextmanager
@@ -81,7 +90,7 @@ def _run(
 ) -> tuple[int, str | None]:
     wrapped, name = wrap_session(command, screen=options.screen, tmux=options.tmux)
     with _forwarded(session, options.port_forward):
-        result = session.runner.run(wrapped, session.env, echo=echo)
+        result = session.runner.run(marked_session(wrapped), session.env, echo=echo)
     return result.exit_code, name
 
 
@@ -101,7 +110,7 @@ def attach(
     else:
         command = "exec bash -i"
     with _forwarded(session, port_forward):
-        return session.runner.run(command, session.env, interactive=True).exit_code
+        return session.runner.run(marked_session(command), session.env, interactive=True).exit_code
 
 
 def rsync(config: ClusterConfig, source: str, target: str, *, up: bool) -> None:
@@ -203,10 +212,12 @@ def status(config: ClusterConfig) -> ClusterStatus:
     nodes = tuple(
         sorted(provider.nodes(), key=lambda n: (n.kind is not NodeKind.HEAD, n.created_at))
     )
+    note_listing(config, nodes)
     try:
         session = connect(config, provider)
     except NoClusterError:
         return ClusterStatus(config, nodes, False, None)
+    fetch_head_record(session)
     autoscaler = AutoscalerState.parse(read_head_file(session, STATE_FILE))
     return ClusterStatus(
         config, nodes, daemon_running(session), session.env["RAY_ADDRESS"], autoscaler

@@ -9,6 +9,7 @@ from launcher.config.checks import as_count, effective_max_workers
 from launcher.config.frozen import freeze
 from launcher.config.model import (
     AuthConfig,
+    Autostop,
     ClusterConfig,
     DockerConfig,
     NodeType,
@@ -59,10 +60,19 @@ def build_config(
         worker_start_ray_commands=_strings(merged.get("worker_start_ray_commands")),
         metadata=freeze(merged.get("metadata", {})),
         fallbacks=freeze(_fallbacks(merged)),
+        autostop=_autostop(merged),
         no_restart=bool(merged.get("no_restart", False)),
         source=source,
         warnings=tuple(warnings),
     )
+
+
+def _autostop(merged: Mapping[str, Any]) -> Autostop | None:
+    own = (merged.get("metadata") or {}).get("launcher") or {}
+    raw = own.get("autostop")
+    if not raw:
+        return None
+    return Autostop(float(raw["idle_minutes"]), bool(raw.get("down", False)))
 
 
 def _fallbacks(merged: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:

@@ -90,6 +90,18 @@ class ProviderConfig:
 
 
 @dataclass(frozen=True)
+class Autostop:
+    """metadata.launcher.autostop, or what `up --idle-minutes-to-autostop` / `autostop` set."""
+
+    idle_minutes: float
+    down: bool = False
+
+    def describe(self) -> str:
+        what = "down" if self.down else "stop"
+        return f"{what} after {self.idle_minutes:g} min idle"
+
+
+@dataclass(frozen=True)
 class NodeCommands:
     """What the updater runs on one node, in order."""
 
@@ -123,6 +135,7 @@ class ClusterConfig:
     metadata: Mapping[str, Any]
     # metadata.launcher.fallbacks: node type -> types to launch instead, in order.
     fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    autostop: Autostop | None = None  # metadata.launcher.autostop
     no_restart: bool = False
     source: str | None = None
     warnings: tuple[Problem, ...] = ()

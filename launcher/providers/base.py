@@ -44,6 +44,7 @@ TAG_SETUP_HASH = "launcher-setup-hash"
 TAG_START_HASH = "launcher-start-hash"
 TAG_LAUNCH_ID = "launcher-launch-id"
 TAG_STANDS_IN_FOR = "launcher-stands-in-for"  # launched for this type's min_workers
+TAG_AUTOSTOPPED = "launcher-autostopped"  # the time the head's autostop stopped the cluster
 
 
 class NodeKind(StrEnum):
@@ -191,6 +192,11 @@ class NodeProvider(ABC):
         """What the autoscaler does with workers it frees: stopped and kept for reuse by a
         later `create_nodes` where the provider `keeps_stopped_nodes`, else removed."""
         self.terminate_nodes(node_ids)
+
+    def stopped_nodes(self) -> list[Node]:
+        """The cluster's stopped nodes (kept, not running; `nodes` does not list them),
+        where the provider `keeps_stopped_nodes`."""
+        return []
 
     @abstractmethod
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:

@@ -1,0 +1,148 @@
+"""Autostop's actions, run by the autoscaler on the head once the cluster was idle long
+enough (the decision is idle.py's): stop the cluster, or tear it down, the head last.
+
+- `down`, or a provider that cannot keep stopped nodes (localhost, on-prem, Kubernetes):
+  every worker is terminated and seen gone, then the head is terminated, as `launcher down`
+  does; the record says which, and why.
+- otherwise (AWS, with `cache_stopped_nodes`): the workers are stopped, the head is tagged
+  autostopped and stopped last; `launcher up` starts them again.
+
+The record is written before the head goes: on a head that shares this machine's
+`$LAUNCHER_HOME` (localhost) it is the one `launcher list` reads; elsewhere it is the head's
+copy, and `launcher list --refresh` finds the cluster stopped or gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from launcher.config.model import Autostop, ClusterConfig
+from launcher.errors import LauncherError
+from launcher.paths import cluster_dir
+from launcher.providers.base import TAG_AUTOSTOPPED, Node, NodeKind, NodeProvider, head_of
+from launcher.records.keeping import note_listing
+from launcher.records.ledger import ClusterState, all_gone
+from launcher.records.store import update_record
+
+GONE_WAIT_S = 300.0
+POLL_S = 2.0
+
+
+def autostop_cluster(
+    provider: NodeProvider,
+    config: ClusterConfig,
+    setting: Autostop,
+    idle_s: float,
+    log: Callable[[str], None],
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """Stop or tear down the cluster; returns what was done (one line, also recorded)."""
+    nodes = provider.nodes()
+    head = head_of(nodes)
+    workers = [n for n in nodes if n.kind is NodeKind.WORKER]
+    idle = f"idle for {idle_s / 60:.1f} min"
+    note_listing(config, nodes)
+    if setting.down or not provider.keeps_stopped_nodes:
+        how = "down" if setting.down else "stop"
+        why = (
+            f"autostop ({setting.describe()}): {idle}; taken down, the head last"
+            if setting.down
+            else f"autostop ({setting.describe()}): {idle}; this provider cannot keep stopped "
+            "nodes, so they were terminated"
+        )
+        log(f"autostop: {idle}, tearing the cluster down ({how} requested)")
+        _terminate(provider, workers, log, sleep)
+        _record(config, ClusterState.GONE, why)
+        if head is not None:
+            log(f"autostop: terminating the head {head.id}")
+            provider.terminate_nodes([head.id])
+            provider.cleanup()
+            shutil.rmtree(cluster_dir(config.cluster_name), ignore_errors=True)
+        return why
+    why = f"autostop ({setting.describe()}): {idle}; nodes stopped, `launcher up` starts them"
+    log(f"autostop: {idle}, stopping {len(workers)} worker(s), then the head")
+    if workers:
+        provider.stop_nodes([n.id for n in workers])
+        _wait_gone(provider, workers, sleep)
+    _record(config, ClusterState.AUTOSTOPPED, why)
+    if head is not None:
+        provider.set_tags(head.id, {TAG_AUTOSTOPPED: str(int(time.time()))})
+        log(f"autostop: stopping the head {head.id}")
+        provider.stop_nodes([head.id])
+    return why
+
+
+def _terminate(
+    provider: NodeProvider,
+    workers: list[Node],
+    log: Callable[[str], None],
+    sleep: Callable[[float], None],
+) -> None:
+    if not workers:
+        return
+    log(f"autostop: terminating {len(workers)} worker(s)")
+    provider.terminate_nodes([n.id for n in workers])
+    _wait_gone(provider, workers, sleep)
+
+
+def _wait_gone(provider: NodeProvider, nodes: list[Node], sleep: Callable[[float], None]) -> None:
+    wanted = {n.id for n in nodes}
+    deadline = time.monotonic() + GONE_WAIT_S
+    while True:
+        left = wanted & {n.id for n in provider.nodes()}
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise LauncherError(
+                f"autostop: {', '.join(sorted(left))} still listed {GONE_WAIT_S:g} s after "
+                "being removed; the cluster was not stopped"
+            )
+        sleep(POLL_S)
+
+
+def _record(config: ClusterConfig, state: str, note: str) -> None:
+    now = time.time()
+    update_record(
+        config.cluster_name, lambda r: None if r is None else all_gone(r, now, state, note)
+    )
+
+
+def read_autostop(path: str, configured: Autostop | None) -> Autostop | None:
+    """The autostop in force: set on the head by `launcher autostop` (or cancelled there),
+    else the config's."""
+    try:
+        raw = json.loads(Path(path).expanduser().read_text())
+    except (OSError, ValueError):
+        return configured
+    if not isinstance(raw, dict):
+        return configured
+    if raw.get("cancelled"):
+        return None
+    try:
+        return Autostop(float(raw["idle_minutes"]), bool(raw.get("down", False)))
+    except (KeyError, TypeError, ValueError):
+        return configured
+
+
+def open_sessions(directory: str) -> int:
+    """exec/attach/submit sessions open on the head: files named by the process id of each
+    session's shell, whose process still runs (a stale file is removed)."""
+    folder = Path(directory).expanduser()
+    count = 0
+    for entry in folder.glob("*"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            os.kill(int(entry.name), 0)
+        except ProcessLookupError:
+            entry.unlink(missing_ok=True)
+            continue
+        except PermissionError:
+            pass  # another user's process: it runs
+        count += 1
+    return count

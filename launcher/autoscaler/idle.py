@@ -1,0 +1,63 @@
+"""Autostop's decisions: is the cluster idle, since when, and is it time to stop it. Pure:
+the daemon feeds it Ray's demand, the open sessions and its clock.
+
+Idle means: nothing of Ray's waits (tasks, actors, placement groups, `request_resources`),
+nothing holds resources on any node (a running task or actor), no Ray job's driver runs, and
+no `exec`, `attach` or `submit` session is open on the head. A GCS that cannot be read is
+not idle (autostop fails closed: it never stops a cluster it cannot see).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from launcher.autoscaler.demand import JOBS_UNKNOWN, Demand
+from launcher.autoscaler.evacuate import used_resources
+from launcher.config.model import Autostop
+
+
+def busy_reasons(demand: Demand | None, sessions: int) -> tuple[str, ...]:
+    """Why the cluster is not idle now (empty: it is)."""
+    if demand is None:
+        return ("Ray's state cannot be read",)
+    reasons = []
+    waiting = sum(count for _, count in demand.pending)
+    if waiting:
+        reasons.append(f"{waiting} task(s) or actor(s) waiting")
+    if demand.gangs:
+        reasons.append(f"{len(demand.gangs)} placement group(s) waiting")
+    if demand.constraints:
+        reasons.append("resources requested with request_resources")
+    holding = [n for n in demand.nodes if n.alive and used_resources(n)]
+    if holding:
+        reasons.append(f"work running on {len(holding)} node(s)")
+    if JOBS_UNKNOWN in demand.jobs:
+        reasons.append(JOBS_UNKNOWN)
+    elif demand.jobs:
+        reasons.append(f"{len(demand.jobs)} Ray job(s) running")
+    if sessions:
+        reasons.append(f"{sessions} exec/attach/submit session(s) open")
+    return tuple(reasons)
+
+
+@dataclass
+class IdleTimer:
+    """How long the cluster has been idle, as ticks report what keeps it busy."""
+
+    idle_since: float | None = None
+    busy: tuple[str, ...] = ()
+
+    def update(self, reasons: tuple[str, ...], now: float) -> float:
+        """Idle seconds so far (0 while busy)."""
+        self.busy = reasons
+        if reasons:
+            self.idle_since = None
+            return 0.0
+        if self.idle_since is None:
+            self.idle_since = now
+        return now - self.idle_since
+
+
+def due(setting: Autostop | None, idle_s: float) -> bool:
+    """Time to stop: autostop is set and the cluster was idle long enough."""
+    return setting is not None and idle_s >= setting.idle_minutes * 60.0

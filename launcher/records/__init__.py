@@ -1,0 +1,1 @@
+"""Cluster records: what ran, when, at what price (`list`, `cost-report`, autostop)."""

@@ -1,0 +1,87 @@
+"""Where cluster records are kept: `$LAUNCHER_HOME/records/NAME.json`, one per cluster,
+kept after `down` (the cost report reads them).
+
+The same files serve the autoscaler on a head node: there `$LAUNCHER_HOME` is the head's
+own (`~/.launcher`), and `launcher` here reads the head's copy (`head_record`) and merges it
+into its own; on the localhost provider the head shares this machine's `$LAUNCHER_HOME`, so
+both write the one file. Writers hold a lock on the file while they read, change and write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from launcher.paths import launcher_home
+from launcher.records.ledger import ClusterRecord, from_json, to_json
+
+HEAD_RECORDS_DIR = "~/.launcher/records"  # on a head whose $LAUNCHER_HOME is its own
+
+
+def records_dir() -> Path:
+    return launcher_home() / "records"
+
+
+def record_path(name: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    return records_dir() / f"{safe}.json"
+
+
+def parse_record(text: str | None) -> ClusterRecord | None:
+    """A record as `cat` printed it (the head's copy); None for anything else."""
+    try:
+        return from_json(json.loads(text or ""))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def head_record_path(name: str) -> str:
+    """The head's copy of `name`'s record, for a shell there."""
+    return f"{HEAD_RECORDS_DIR}/{record_path(name).name}"
+
+
+def read_record(name: str) -> ClusterRecord | None:
+    return _read(record_path(name))
+
+
+def read_all() -> list[ClusterRecord]:
+    found = (_read(p) for p in sorted(records_dir().glob("*.json")))
+    return [r for r in found if r is not None]
+
+
+def _read(path: Path) -> ClusterRecord | None:
+    try:
+        return parse_record(path.read_text())
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def update_record(
+    name: str, change: Callable[[ClusterRecord | None], ClusterRecord | None]
+) -> ClusterRecord | None:
+    """Read the record of `name`, change it, write it back (atomically, under a lock).
+    `change` gets None for a cluster not recorded yet, and returns None to leave it be."""
+    path = record_path(name)
+    with _locked(path):
+        changed = change(_read(path))
+        if changed is not None:
+            temporary = path.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(json.dumps(to_json(changed)))  # one line: read back by `cat`
+            temporary.replace(path)
+    return changed

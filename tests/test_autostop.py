@@ -1,0 +1,196 @@
+"""Autostop: the idle detector (fake clock), its settings and sessions on the head, bad
+input, and end to end on this machine: a cluster started with `up -i 1 --down` takes itself
+down a minute after its job ends, with no command from here; `list` then shows it gone and
+`cost-report` includes it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from launcher.autoscaler.autostop import open_sessions, read_autostop
+from launcher.autoscaler.demand import JOBS_UNKNOWN, Demand, RayNode
+from launcher.autoscaler.idle import IdleTimer, busy_reasons, due
+from launcher.config.loader import parse_config
+from launcher.config.model import Autostop
+from launcher.paths import cluster_dir
+from launcher.records.store import read_record
+from tests.cluster_helpers import (
+    cluster_config,
+    kill_cluster,
+    leftover_processes,
+    run,
+    temp_dir_of,
+    wait_for,
+)
+
+IDLE_NODE = RayNode("n1", "127.0.0.2", {"CPU": 2.0}, {"CPU": 2.0}, 30.0, True)
+BUSY_NODE = RayNode("n2", "127.0.0.3", {"CPU": 2.0}, {"CPU": 1.0}, 0.0, True)
+
+
+def test_the_cluster_is_idle_only_when_nothing_of_ray_s_runs_or_waits_and_no_session_is_open() -> (
+    None
+):
+    assert busy_reasons(Demand(nodes=(IDLE_NODE,)), 0) == ()
+    assert busy_reasons(None, 0) == ("Ray's state cannot be read",)
+    assert busy_reasons(Demand(nodes=(IDLE_NODE, BUSY_NODE)), 0) == ("work running on 1 node(s)",)
+    assert busy_reasons(Demand(pending=(({"CPU": 1.0}, 3),)), 0) == (
+        "3 task(s) or actor(s) waiting",
+    )
+    assert busy_reasons(Demand(jobs=("01000000",)), 0) == ("1 Ray job(s) running",)
+    assert busy_reasons(Demand(jobs=(JOBS_UNKNOWN,)), 0) == (JOBS_UNKNOWN,)
+    assert busy_reasons(Demand(constraints=({"CPU": 8.0},)), 2) == (
+        "resources requested with request_resources",
+        "2 exec/attach/submit session(s) open",
+    )
+
+
+def test_idle_time_counts_from_the_last_busy_tick_and_autostop_is_due_after_n_minutes() -> None:
+    timer = IdleTimer()
+    setting = Autostop(idle_minutes=10)
+    assert timer.update(("1 Ray job(s) running",), 100.0) == 0.0
+    assert timer.update((), 130.0) == 0.0  # idle from here
+    assert timer.update((), 130.0 + 599) == 599 and not due(setting, 599)
+    assert due(setting, timer.update((), 130.0 + 600))
+    assert timer.update(("1 exec/attach/submit session(s) open",), 800.0) == 0.0
+    assert timer.update((), 900.0) == 0.0  # busy again in between: counting starts over
+    assert not due(None, 10**6)
+    assert due(Autostop(idle_minutes=0), 0.0)
+
+
+def test_the_head_s_setting_overrides_the_config_s_and_can_cancel_it(tmp_path: Path) -> None:
+    configured = Autostop(30, down=False)
+    path = tmp_path / "autostop.json"
+    assert read_autostop(str(path), configured) == configured
+    path.write_text('{"idle_minutes": 5, "down": true}')
+    assert read_autostop(str(path), configured) == Autostop(5, down=True)
+    path.write_text('{"cancelled": true}')
+    assert read_autostop(str(path), configured) is None
+    path.write_text("not json")
+    assert read_autostop(str(path), configured) == configured
+
+
+def test_sessions_count_while_their_shell_runs_and_stale_ones_are_removed(tmp_path: Path) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (tmp_path / str(os.getpid())).write_text("")
+    (tmp_path / str(gone.pid)).write_text("")
+    assert open_sessions(str(tmp_path)) == 1
+    assert not (tmp_path / str(gone.pid)).exists()
+    assert open_sessions(str(tmp_path / "none")) == 0
+
+
+def test_autostop_config_key_is_validated() -> None:
+    base = cluster_config("as-config")
+    config = parse_config(
+        base + "metadata: {launcher: {autostop: {idle_minutes: 15, down: true}}}\n", "c.yaml"
+    )
+    assert config.autostop == Autostop(15, down=True)
+    assert parse_config(base, "c.yaml").autostop is None
+    from launcher.errors import ConfigError
+
+    with pytest.raises(ConfigError) as bad:
+        parse_config(base + "metadata: {launcher: {autostop: {idle_minutes: -1}}}\n", "c.yaml")
+    assert "idle_minutes" in str(bad.value.problems[0].path)
+
+
+@pytest.fixture
+def launcher_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "launcher-home"
+    monkeypatch.setenv("LAUNCHER_HOME", str(home))
+    return home
+
+
+def test_bad_autostop_input_gets_one_clear_line(tmp_path: Path, launcher_home: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(cluster_config("as-bad"))
+    for args, expected in [
+        (("-i", "ten"), "-i ten: idle minutes must be a number"),
+        (("-i", "-1"), "-i -1: idle minutes must be 0 or more"),
+        ((), "give -i N"),
+        (("-i", "5", "--cancel"), "--cancel takes no -i"),
+        (("-i", "5"), "cluster as-bad is not running; start it with `launcher up"),
+    ]:
+        result = run("autostop", str(config), *args, timeout=60)
+        assert result.returncode != 0 and result.stdout == "", result
+        assert result.stderr.count("\n") == 1 and expected in result.stderr, result.stderr
+    missing = run("autostop", str(tmp_path / "nope.yaml"), "-i", "5", timeout=60)
+    assert missing.returncode != 0 and missing.stderr.count("\n") == 1, missing.stderr
+    up_bad = run("up", "-y", str(config), "--down", timeout=60)
+    assert up_bad.returncode == 2 and "--down needs -i" in up_bad.stderr
+    assert not (launcher_home / "clusters" / "as-bad" / "localhost").exists()
+
+
+NAME = "autostop-e2e"
+JOB = """\
+import time
+import ray
+
+ray.init()
+
+
+@ray.remote(num_cpus=1)
+def work(i):
+    time.sleep(4)
+    return i
+
+
+assert sorted(ray.get([work.remote(i) for i in range(4)])) == [0, 1, 2, 3]
+print("JOB-DONE", flush=True)
+"""
+
+
+@pytest.fixture
+def autostop_cluster(tmp_path: Path, launcher_home: Path) -> Iterator[Path]:
+    config = tmp_path / "autostop.yaml"
+    config.write_text(cluster_config(NAME, min_workers=1))
+    yield config
+    run("down", "-y", str(config), timeout=120)
+    kill_cluster(NAME)
+
+
+def test_a_cluster_takes_itself_down_a_minute_after_its_job_ends(
+    autostop_cluster: Path, tmp_path: Path
+) -> None:
+    config = autostop_cluster
+    up = run("up", "-y", "-i", "1", "--down", str(config), timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "Autostop: down after 1 min idle" in up.stdout
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    submitted = run("submit", str(config), str(job), timeout=300)
+    assert submitted.returncode == 0 and "JOB-DONE" in submitted.stdout, submitted.stdout
+    job_ended = time.time()
+    shown = run("status", str(config), timeout=60)
+    assert "Autostop: down after 1 min idle;" in shown.stdout, shown.stdout
+    # From here on, nothing is asked of the cluster: only files on this machine are read.
+    wait_for(
+        lambda: (record := read_record(NAME)) is not None and record.state == "gone",
+        240,
+        "the cluster to take itself down",
+    )
+    wait_for(lambda: not leftover_processes(NAME), 60, "the cluster's processes to exit")
+    assert not (cluster_dir(NAME) / "localhost").exists()
+    assert not Path(temp_dir_of(NAME)).exists()
+    record = read_record(NAME)
+    assert record is not None and "autostop (down after 1 min idle)" in record.state_note
+    assert record.state_since - job_ended >= 55, record.state_since - job_ended  # idle 1 min
+    assert all(not n.running for n in record.nodes.values())
+    listed = run("list", "--json", timeout=60)
+    (row,) = json.loads(listed.stdout)["clusters"]
+    assert row["state"] == "gone" and row["cost_so_far_text"] == "free"
+    assert "1 gone" in run("list", timeout=60).stdout
+    report = run("cost-report", "--json", timeout=60)
+    (cluster,) = json.loads(report.stdout)["clusters"]
+    assert cluster["name"] == NAME and cluster["cost_text"] == "free"
+    kinds = {r["node_type"] for r in cluster["rows"]}
+    assert kinds == {"head", "worker"}
+    assert all(r["node_hours"] > 60 / 3600 for r in cluster["rows"])
+    again = run("autostop", str(config), "-i", "5", timeout=60)
+    assert again.returncode != 0 and "is not running" in again.stderr

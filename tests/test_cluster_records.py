@@ -145,3 +145,33 @@ def test_listings_keep_a_record_that_list_and_cost_report_show(
     assert "m5.xlarge" in shown.stdout and "Prices: price table of" in shown.stdout
     bad: CliResult = run("cost-report", "--days", "-1")
     assert bad.exit_code == 2 and "-1" in bad.stderr
+
+
+LOCAL = """\
+cluster_name: rec-local
+provider: {type: localhost}
+available_node_types:
+  head: {node_config: {}, resources: {CPU: 1}, max_workers: 0}
+head_node_type: head
+"""
+
+
+def test_a_cluster_deleted_outside_the_launcher_shows_as_gone_after_a_refresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli_runner: object
+) -> None:
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "lh"))
+    config = parse_config(LOCAL, str(tmp_path / "rec.yaml"))
+    head = Node("h-1", NodeKind.HEAD, "head", "127.0.0.2", NodeState.RUNNING, created_at=T0)
+    note_listing(config, [head], config_text=LOCAL, now=T0)
+    run = cli_runner
+    assert callable(run)
+    kept: CliResult = run("list", "--json")
+    (row,) = json.loads(kept.stdout)["clusters"]
+    assert row["state"] == "up" and row["per_hour_now_text"] == "free"
+    refreshed: CliResult = run("list", "--refresh")
+    assert refreshed.exit_code == 0, refreshed.stderr
+    assert "taken down outside this machine's launcher" in refreshed.stdout
+    record = read_record("rec-local")
+    assert record is not None and record.state == ClusterState.GONE
+    (run_,) = record.nodes["h-1"].runs
+    assert not run_.open and not run_.exact  # nobody saw it go: counted until last seen

@@ -211,6 +211,7 @@ class Daemon:
             busy = {node_id for node_id, t in self.updating.items() if t.is_alive()}
             self.updating = {k: v for k, v in self.updating.items() if k in busy}
         self.executor.collect()
+        self.autostop = read_autostop(AUTOSTOP_FILE, self.config.autostop)
         listed, just_read = self.listing.current()
         demand = self._demand(head_of(listed))
         ray_nodes = frozenset((n.ip, n.alive) for n in demand.nodes)
@@ -229,8 +230,12 @@ class Daemon:
 
     def _autostop_check(self, demand: Demand) -> None:
         """Autostop: follow how long the cluster has been idle; stop it when it is time."""
-        self.autostop = read_autostop(AUTOSTOP_FILE, self.config.autostop)
-        reasons = busy_reasons(demand if self.gcs_read else None, open_sessions(SESSIONS_DIR))
+        with self.lock:
+            setting_up = sum(t.is_alive() for t in self.updating.values())
+        launching = sum(p.count for p in self.executor.pending()) + setting_up
+        reasons = busy_reasons(
+            demand if self.gcs_read else None, open_sessions(SESSIONS_DIR), launching
+        )
         self.idle_s = self.idle.update(reasons, self.clock())
         if self.autostop is None or not due(self.autostop, self.idle_s):
             return
@@ -273,7 +278,13 @@ class Daemon:
     def _record(self, listed: list[Node]) -> None:
         """Keep the cluster's record (what runs since when, at what price) as listed."""
         try:
-            note_listing(self.config, listed, config_text=self.config_text)
+            note_listing(
+                self.config,
+                listed,
+                config_text=self.config_text,
+                autostop=self.autostop,
+                autostop_known=True,
+            )
         except OSError as exc:
             log(f"could not update the cluster's record: {exc}")
 

@@ -2,8 +2,9 @@
 the daemon feeds it Ray's demand, the open sessions and its clock.
 
 Idle means: nothing of Ray's waits (tasks, actors, placement groups, `request_resources`),
-nothing holds resources on any node (a running task or actor), no Ray job's driver runs, and
-no `exec`, `attach` or `submit` session is open on the head. A GCS that cannot be read is
+nothing holds resources on any node (a running task or actor), no Ray job's driver runs, no
+`exec`, `attach` or `submit` session is open on the head, and no node is being launched or
+set up. A GCS that cannot be read is
 not idle (autostop fails closed: it never stops a cluster it cannot see).
 """
 
@@ -16,8 +17,9 @@ from launcher.autoscaler.evacuate import used_resources
 from launcher.config.model import Autostop
 
 
-def busy_reasons(demand: Demand | None, sessions: int) -> tuple[str, ...]:
-    """Why the cluster is not idle now (empty: it is)."""
+def busy_reasons(demand: Demand | None, sessions: int, launching: int = 0) -> tuple[str, ...]:
+    """Why the cluster is not idle now (empty: it is). `launching`: nodes the autoscaler is
+    launching or setting up (a cluster coming up is not idle)."""
     if demand is None:
         return ("Ray's state cannot be read",)
     reasons = []
@@ -37,6 +39,8 @@ def busy_reasons(demand: Demand | None, sessions: int) -> tuple[str, ...]:
         reasons.append(f"{len(demand.jobs)} Ray job(s) running")
     if sessions:
         reasons.append(f"{sessions} exec/attach/submit session(s) open")
+    if launching:
+        reasons.append(f"{launching} node(s) being launched or set up")
     return tuple(reasons)
 
 

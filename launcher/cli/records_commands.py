@@ -29,14 +29,14 @@ def list_clusters(settings: Settings, as_json: bool, ask: bool, show_all: bool) 
     """Every cluster launched from this machine: state, nodes, $/hour now, cost so far."""
     records = read_all()
     problems: dict[str, str] = {}
+    # Shown: what is not gone, and what a refresh has just found gone.
+    were_up = {r.name for r in records if r.state != ClusterState.GONE}
     if ask:
         refreshed = [refresh(r) for r in records]
         problems = {r.record.name: r.problem for r in refreshed if r.problem}
         records = [r.record for r in refreshed]
     now = time.time()
-    rows = [
-        list_row(r, now) for r in records if show_all or as_json or r.state != ClusterState.GONE
-    ]
+    rows = [list_row(r, now) for r in records if show_all or as_json or r.name in were_up]
     for row in rows:
         row["refresh_problem"] = problems.get(row["name"])
     if as_json:

@@ -71,6 +71,7 @@ class NodeState(StrEnum):
     RUNNING = "running"  # usable; Ray may or may not be started on it
     DEAD = "dead"  # was set up, but its Ray node is gone (killed, crashed)
     PREEMPTED = "preempted"  # the provider took it back (a spot interruption)
+    STOPPED = "stopped"  # kept, not running: only `stopped_nodes` lists these
 
 
 @dataclass(frozen=True)

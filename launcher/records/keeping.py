@@ -7,7 +7,7 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
-from launcher.config.model import ClusterConfig
+from launcher.config.model import Autostop, ClusterConfig
 from launcher.pricing import PriceTable, load_prices
 from launcher.providers.base import Node, NodeState
 from launcher.providers.registry import SPECS
@@ -84,9 +84,12 @@ def note_listing(
     listed_all: bool = True,
     config_text: str | None = None,
     now: float | None = None,
+    autostop: Autostop | None = None,
+    autostop_known: bool = False,
 ) -> ClusterRecord | None:
     """Fold a listing of the cluster's nodes into its record (made when there is none and
-    the listing has nodes). A cluster with nodes is up; with none, left as recorded."""
+    the listing has nodes). A cluster with nodes is up; with none, left as recorded.
+    `autostop_known`: `autostop` is the setting in force (the head's autoscaler knows it)."""
     now = time.time() if now is None else now
     prices = load_prices()
     seen = seen_of(config, nodes, prices)
@@ -103,6 +106,9 @@ def note_listing(
                 record, state=ClusterState.UP, state_since=now, state_note=""
             )
         record = dataclasses.replace(record, price_table=price_table_label(prices))
+        if autostop_known:
+            kept = None if autostop is None else dataclasses.asdict(autostop)
+            record = dataclasses.replace(record, autostop=kept)
         return observe(record, seen, now, listed_all)
 
     return update_record(config.cluster_name, change)
@@ -118,5 +124,11 @@ def note_gone(config: ClusterConfig, note: str, now: float | None = None) -> Clu
 
 
 def note_copy(name: str, copy: ClusterRecord) -> ClusterRecord | None:
-    """Merge a copy of the record kept elsewhere (the head's) into this machine's."""
-    return update_record(name, lambda r: copy if r is None else merge(r, copy))
+    """Merge a copy of the record kept elsewhere (the head's) into this machine's; the
+    head's copy says which autostop is in force."""
+    return update_record(
+        name,
+        lambda r: (
+            copy if r is None else dataclasses.replace(merge(r, copy), autostop=copy.autostop)
+        ),
+    )

@@ -70,6 +70,7 @@ from launcher.providers.base import (
     Node,
     NodeKind,
     NodeProvider,
+    NodeState,
 )
 from launcher.providers.caller import public_address
 from launcher.providers.keyfiles import key_path
@@ -240,7 +241,9 @@ class AwsProvider(NodeProvider):
         # A repeated request: what the first made (as listed; a launch it made that is not
         # listed yet is answered again by EC2 for the same client token, below).
         created = [n for n in self._made_by(request_id) if n.node_type == node_type.name][:count]
-        if len(created) < count and kind is NodeKind.WORKER and self.settings.cache_stopped_nodes:
+        # Stopped nodes of the type are started again: workers the autoscaler stopped, and a
+        # head (with its workers) stopped by the cluster's autostop.
+        if len(created) < count and self.settings.cache_stopped_nodes:
             created += self._restart_stopped(node_type, count - len(created), all_tags, avoid_zones)
         context = self.contexts()[node_type.name]
         if kind is NodeKind.WORKER:
@@ -420,6 +423,14 @@ class AwsProvider(NodeProvider):
     @property
     def keeps_stopped_nodes(self) -> bool:
         return self.settings.cache_stopped_nodes
+
+    def stopped_nodes(self) -> list[Node]:
+        found = []
+        for instance in self._instances(("stopping", "stopped")):
+            node = to_node({**instance, "State": {"Name": "running"}}, self.private, ())
+            if node is not None:
+                found.append(dataclasses.replace(node, state=NodeState.STOPPED))
+        return found
 
     def terminate_nodes(self, node_ids: Sequence[str]) -> None:
         """Terminate instances (stopped ones too)."""

@@ -102,10 +102,12 @@ def _cost(console: Console, plan: ClusterPlan) -> None:
             "cluster you already have."
         )
         return
-    console.print(
-        f"[bold]Estimated cost per hour[/bold] (indicative {cost.reference_region} "
-        f"list prices as of {cost.as_of}; other regions differ)"
+    where = (
+        f"indicative {cost.reference_region} list prices as of {cost.as_of}; other regions differ"
+        if cost.reference_region
+        else "the price table has no prices for this provider: a node's price is unknown"
     )
+    console.print(f"[bold]Estimated cost per hour[/bold] ({where})")
     console.print(
         f"  at start, 1 head + {cost.workers_at_start} workers: "
         f"{_money(cost.at_start)} as configured, "

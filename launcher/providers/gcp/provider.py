@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -30,6 +31,7 @@ from typing import Any
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ProviderError
 from launcher.providers.base import (
+    TAG_AUTOSTOPPED,
     TAG_CLUSTER,
     TAG_KIND,
     TAG_LAUNCH_ID,
@@ -37,6 +39,7 @@ from launcher.providers.base import (
     Node,
     NodeKind,
     NodeProvider,
+    NodeState,
 )
 from launcher.providers.caller import public_address
 from launcher.providers.gcp import accounts
@@ -326,7 +329,9 @@ class GcpProvider(NodeProvider):
         request_id = request_id or uuid.uuid4().hex
         all_tags = self.new_node_tags(node_type, kind, tags, request_id)
         created = [n for n in self.made_by(request_id) if n.node_type == node_type.name][:count]
-        if len(created) < count and kind is NodeKind.WORKER and self.settings.cache_stopped_nodes:
+        # Stopped nodes of the type are started again: workers the autoscaler stopped, and a
+        # head (with its workers) stopped by the cluster's autostop.
+        if len(created) < count and self.settings.cache_stopped_nodes:
             created += self._resume(node_type, count - len(created), all_tags, avoid_zones)
         names = [instance_name(self.cluster_name, kind, f"{request_id}/{i}") for i in range(count)]
         taken = {n.id for n in created}
@@ -466,7 +471,7 @@ class GcpProvider(NodeProvider):
     def _resume(
         self, node_type: NodeType, count: int, tags: Mapping[str, str], avoid: Collection[str]
     ) -> list[Node]:
-        """Start stopped workers of `node_type` (stopped by the launcher) for this launch."""
+        """Start stopped nodes of `node_type` (stopped by the launcher) for this launch."""
         stopped = [
             i
             for i in self._instances(
@@ -481,7 +486,8 @@ class GcpProvider(NodeProvider):
         started = []
         for instance in stopped:
             name, zone = str(instance["name"]), zone_of(instance)
-            self._set_labels(name, zone, {**tags_of(instance), **tags}, drop=(STOPPED_LABEL,))
+            labels = {**tags_of(instance), **tags}
+            self._set_labels(name, zone, labels, drop=(STOPPED_LABEL, TAG_AUTOSTOPPED))
             try:
                 operation = self._execute(
                     instances.start, project=self.project, zone=zone, instance=name
@@ -508,6 +514,16 @@ class GcpProvider(NodeProvider):
             for instance in self._instances(f'name = "{name}"'):
                 return zone_of(instance)
         return zone
+
+    def stopped_nodes(self) -> list[Node]:
+        found = []
+        for instance in self._instances(f"labels.{STOPPED_LABEL}:*"):
+            if instance.get("status") not in ("TERMINATED", "STOPPING", "STOPPED"):
+                continue
+            node = to_node({**instance, "status": "RUNNING"}, self.internal, ())
+            if node is not None:
+                found.append(dataclasses.replace(node, state=NodeState.STOPPED))
+        return found
 
     def terminate_nodes(self, node_ids: Sequence[str]) -> None:
         """Delete the instances (stopped ones too) and return once GCE says each is gone."""

@@ -145,4 +145,5 @@ class KubernetesSpec(ProviderSpec):
     ) -> NodeOffer:
         wanted = _container_resources(node_type.node_config)
         shown = ", ".join(f"{k}={v}" for k, v in sorted(wanted.items())) or "no requests"
-        return NodeOffer(f"pod ({shown})", spot=False, price=None, billed=False)
+        # Pods cost what the Kubernetes cluster's machines cost: billed, at a price unknown here.
+        return NodeOffer(f"pod ({shown})", spot=False, price=None)

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -119,6 +119,18 @@ def _noticed(node: Node) -> bool:
 def _awaiting_reclaim(node: Node, now: float) -> bool:
     """A noticed worker whose reclaim is due now or soon: the provider's to take, not ours."""
     return _noticed(node) and (node.reclaim_at or 0.0) + RECLAIM_GRACE_S > now
+
+
+def with_notices(nodes: list[Node], notices: Iterable[tuple[str, float]]) -> list[Node]:
+    """`nodes`, those that reported a reclaim notice themselves (notice_watch) with its time,
+    where the provider did not list one."""
+    told = dict(notices)
+    return [
+        dataclasses.replace(n, reclaim_at=told[n.id])
+        if n.id in told and n.reclaim_at is None and n.state is not NodeState.PREEMPTED
+        else n
+        for n in nodes
+    ]
 
 
 def with_work_of(demand: Demand, leaving: list[Node]) -> Demand:
@@ -249,7 +261,7 @@ class Daemon:
 
     def _choose(self, listed: list[Node], busy: set[str], demand: Demand, resync: bool) -> _Choice:
         """What this tick would do, given the listing: decided, not done."""
-        nodes = listed + self.executor.unlisted(listed)
+        nodes = with_notices(listed + self.executor.unlisted(listed), demand.notices)
         head = head_of(nodes)
         preempted = [n for n in nodes if n.state is NodeState.PREEMPTED]
         noticed = [n for n in nodes if _noticed(n)]

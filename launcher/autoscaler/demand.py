@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from launcher.autoscaler.notice_watch import NOTICE_NAMESPACE, NOTICE_PREFIX
 from launcher.autoscaler.planner import Gang, Resources
 
 _V1_REQUEST_KEY = b"autoscaler_resource_request"
@@ -46,6 +47,8 @@ class Demand:
     # Ray jobs whose driver runs (not Ray's internal ones); JOBS_UNKNOWN when the job table
     # could not be read (counted as a job: autostop fails closed).
     jobs: tuple[str, ...] = ()
+    # Reclaim notices nodes reported themselves (notice_watch): (node id, reclaim time).
+    notices: tuple[tuple[str, float], ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -111,7 +114,20 @@ class DemandReader:
             )
             for n in state.node_states
         )
-        return Demand(pending, gangs, tuple(constraints), nodes, self._jobs())
+        return Demand(pending, gangs, tuple(constraints), nodes, self._jobs(), self._notices())
+
+    def _notices(self) -> tuple[tuple[str, float], ...]:
+        namespace = NOTICE_NAMESPACE.encode()
+        try:
+            keys = self.client.internal_kv_keys(NOTICE_PREFIX.encode(), namespace)
+            found = []
+            for key in keys:
+                value = self.client.internal_kv_get(key, namespace)
+                if value:
+                    found.append((key.decode()[len(NOTICE_PREFIX) :], float(value)))
+        except Exception:  # none this tick; read again at the next
+            return ()
+        return tuple(found)
 
     def _jobs(self) -> tuple[str, ...]:
         try:
@@ -154,6 +170,7 @@ def encode(demand: Demand) -> dict[str, Any]:
             for n in demand.nodes
         ],
         "jobs": list(demand.jobs),
+        "notices": [list(n) for n in demand.notices],
     }
 
 
@@ -167,6 +184,7 @@ def decode(data: Mapping[str, Any]) -> Demand:
             for i, ip, t, a, idle, alive in data["nodes"]
         ),
         tuple(str(j) for j in data.get("jobs", ())),
+        tuple((str(ip), float(at)) for ip, at in data.get("notices", ())),
     )
 
 

@@ -220,6 +220,11 @@ class NodeProvider(ABC):
             env["RAY_HEAD_IP"] = head.ip
         return env
 
+    def after_ray_start(self, node: Node) -> tuple[str, ...]:
+        """Commands run on `node` once its Ray started (with `node_env`): what the provider
+        runs beside Ray there (AWS: the watcher of a spot worker's reclaim notice)."""
+        return ()
+
     # Whether `ray start` is told the node type's `resources` and `labels` (Ray's
     # RAY_OVERRIDE_RESOURCES / RAY_OVERRIDE_LABELS), as Ray's updater does on every provider
     # but on-prem, where Ray detects each machine's own.

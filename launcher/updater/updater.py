@@ -153,6 +153,7 @@ class NodeUpdater:
                     self._run_all(
                         commands.start_ray, {**env, **self.provider.ray_start_env(self.node)}
                     )
+                self._run_all(self.provider.after_ray_start(self.node), env)
         except NodeUpdateError as exc:
             self.provider.set_tags(self.node.id, {TAG_STATUS: NodeStatus.FAILED})
             self._emit(f"failed while {exc.stage}", detail=str(exc), failed=True)

@@ -59,9 +59,11 @@ from launcher.providers.aws.instances import (
 from launcher.providers.aws.launch import (
     LaunchContext,
     Placement,
+    is_spot,
     placements_to_try,
     run_request,
 )
+from launcher.providers.aws.notices import watcher_command
 from launcher.providers.aws.spec import AwsProviderConfig
 from launcher.providers.base import (
     TAG_CLUSTER,
@@ -423,6 +425,14 @@ class AwsProvider(NodeProvider):
     @property
     def keeps_stopped_nodes(self) -> bool:
         return self.settings.cache_stopped_nodes
+
+    def after_ray_start(self, node: Node) -> tuple[str, ...]:
+        node_type = self.config.node_types.get(node.node_type)
+        if node.kind is not NodeKind.WORKER or node_type is None:
+            return ()
+        if not is_spot(node_type.node_config):
+            return ()
+        return (watcher_command(node.id, self.gcs_port()),)
 
     def stopped_nodes(self) -> list[Node]:
         found = []

@@ -1,0 +1,31 @@
+"""The command that starts a spot worker's reclaim-notice watcher once its Ray runs
+(launcher/autoscaler/notice_watch.py, sent as `python -c`: the launcher is not installed on
+workers). It runs in the background with the Python that has Ray there, one per node."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from launcher.autoscaler import notice_watch
+
+LABEL = "launcher-notice-watch"
+
+
+def watcher_command(node_id: str, gcs_port: int) -> str:
+    source = Path(notice_watch.__file__).read_text()
+    run = (
+        f'-c {shlex.quote(source)} --gcs "$RAY_HEAD_IP:{gcs_port}" '
+        f"--node-id {shlex.quote(node_id)} --label {LABEL}"
+    )
+    # The Python the `ray` command runs with (its #! line), else python3, else python.
+    inner = (
+        'for PY in "$(sed -n \'1s/^#!//p\' "$(command -v ray)" 2>/dev/null)" python3 python; '
+        f'do "$PY" -c "import ray" 2>/dev/null && exec "$PY" {run}; done'
+    )
+    # One watcher per node: an earlier one (Ray started again) is stopped first. The [l]
+    # keeps pkill from matching its own command line.
+    return (
+        f"pkill -f '[{LABEL[0]}]{LABEL[1:]}' 2>/dev/null; "
+        f"nohup sh -c {shlex.quote(inner)} > ~/.launcher-notice-watch.log 2>&1 < /dev/null &"
+    )

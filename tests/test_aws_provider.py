@@ -325,3 +325,76 @@ head_node_type: head
     assert described["InstanceType"] == "m5.xlarge"  # from the template
     assert described["ImageId"] == ami
     assert worker.zone == "us-west-2a"
+
+
+def _actions(server: MotoServer, since: int) -> list[str]:
+    return [str(c.call.action) for c in server.calls()[since:]]
+
+
+def test_a_launch_returns_with_run_instances_answer_and_settle_waits_for_the_listing(
+    server: MotoServer, vpc: LoopbackVpc
+) -> None:
+    """Issue 19: a launch makes one RunInstances, no DescribeInstances (its answer lists the
+    instances; the client token makes a repeat idempotent). The autoscaler stopping calls
+    `settle`, which returns once DescribeInstances lists what it launched, so `down` finds
+    them."""
+    provider = AwsProvider(ready(server, vpc, ", cache_stopped_nodes: false").config, on_head=True)
+    spot = provider.config.node_types["spot"]
+    server.describe_lag = 1.5  # EC2 lists new instances a while after launching them
+    try:
+        provider.contexts()  # looked up once (bootstrap does it on the head)
+        before = len(server.calls())
+        made = provider.create_nodes(spot, NodeKind.WORKER, 1, {})
+        assert _actions(server, before) == ["RunInstances"]
+        assert {n.id for n in provider.nodes()} >= {n.id for n in made}  # known, not listed
+        before = len(server.calls())
+        provider.settle(timeout_s=30)
+        assert _actions(server, before).count("DescribeInstances") >= 2  # polled until listed
+        other = AwsProvider(provider.config)  # `down`, on the user's machine
+        assert {n.id for n in made} <= {n.id for n in other.nodes()}
+    finally:
+        server.describe_lag = 0.0
+
+
+def test_listings_ask_for_live_instances_and_for_a_missing_worker_s_fate_only(
+    server: MotoServer, vpc: LoopbackVpc
+) -> None:
+    provider = AwsProvider(ready(server, vpc).config, on_head=True)
+    spot = provider.config.node_types["spot"]
+    first, second = provider.create_nodes(spot, NodeKind.WORKER, 2, {})
+    provider.nodes()  # the first listing asks for every state (reclaims while none ran)
+    before = len(server.calls())
+    assert {n.id for n in provider.nodes()} == {first.id, second.id}
+    (listing,) = server.calls()[before:]
+    assert listing.call.params["Filter.2.Value.1"] == "pending"
+    assert "Filter.2.Value.3" not in listing.call.params  # pending and running only
+    interrupt_spot(server, first.id)
+    before = len(server.calls())
+    states = {n.id: n.state for n in provider.nodes()}
+    assert states == {first.id: NodeState.PREEMPTED, second.id: NodeState.RUNNING}
+    assert _actions(server, before) == ["DescribeInstances", "DescribeInstances"]
+    before = len(server.calls())
+    again = {n.id: n.state for n in provider.nodes()}  # until answered; one call
+    assert again[first.id] is NodeState.PREEMPTED
+    assert _actions(server, before) == ["DescribeInstances"]
+    provider.terminate_nodes([first.id])
+    assert {n.id for n in provider.nodes()} == {second.id}
+
+
+def test_removing_listed_workers_with_cache_stopped_nodes_is_one_stop_call(
+    server: MotoServer, vpc: LoopbackVpc
+) -> None:
+    provider = AwsProvider(ready(server, vpc, ", cache_stopped_nodes: true").config, on_head=True)
+    spot = provider.config.node_types["spot"]
+    made = provider.create_nodes(spot, NodeKind.WORKER, 3, {})
+    provider.nodes()
+    before = len(server.calls())
+    provider.stop_nodes([n.id for n in made])
+    assert _actions(server, before) == ["StopInstances"]
+    assert {n.id for n in provider.stopped_nodes()} == {n.id for n in made}
+    # Out of date: one was terminated meanwhile; the stop is decided again from an answer.
+    again = provider.create_nodes(spot, NodeKind.WORKER, 2, {})
+    provider.nodes()
+    server.client("ec2").terminate_instances(InstanceIds=[again[0].id])
+    provider.stop_nodes([n.id for n in again])
+    assert {n.id for n in provider.stopped_nodes()} >= {again[1].id}

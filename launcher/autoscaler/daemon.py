@@ -214,6 +214,7 @@ class Daemon:
                 self.wake.clear()
         finally:
             self.executor.shutdown()
+            self.provider.settle()  # what it launched can be listed by whoever stopped it
             if self.reader is not None:
                 self.reader.close()
         log("autoscaler stopped")

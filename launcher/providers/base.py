@@ -194,6 +194,12 @@ class NodeProvider(ABC):
         later `create_nodes` where the provider `keeps_stopped_nodes`, else removed."""
         self.terminate_nodes(node_ids)
 
+    def settle(self, timeout_s: float = 60.0) -> None:
+        """Return once what this provider made is visible to other processes' listings
+        (clouds list new machines a while after making them), or after `timeout_s`. The
+        autoscaler calls it as it stops."""
+        return None
+
     def stopped_nodes(self) -> list[Node]:
         """The cluster's stopped nodes (kept, not running; `nodes` does not list them),
         where the provider `keeps_stopped_nodes`."""

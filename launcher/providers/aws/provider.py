@@ -55,6 +55,7 @@ from launcher.providers.aws.instances import (
     launch_config_digest,
     tags_of,
     to_node,
+    was_reclaimed,
 )
 from launcher.providers.aws.launch import (
     LaunchContext,
@@ -67,6 +68,7 @@ from launcher.providers.aws.notices import watcher_command
 from launcher.providers.aws.spec import AwsProviderConfig
 from launcher.providers.base import (
     TAG_CLUSTER,
+    TAG_KIND,
     TAG_LAUNCH_ID,
     TAG_TYPE,
     Node,
@@ -84,7 +86,7 @@ from launcher.runners.known_hosts import KnownHosts
 PUBLIC_IP_WAIT_S = 180.0
 PROFILE_RETRIES = 8  # a new head instance profile takes a while to be usable
 TERMINATE_WAIT_S = 600.0  # `down --purge` waits this long for instances to be gone
-LISTED_WAIT_S = 60.0  # create_nodes waits this long at most for new instances to be listed
+LISTED_WAIT_S = 60.0  # `settle` waits this long at most for new instances to be listed
 LISTED_POLL_S = 0.5
 ALL_STATES = ("pending", "running", "stopping", "stopped", "shutting-down", "terminated")
 # Refusals of a launch sent again (see `sent`) that say nothing about what the first one made.
@@ -115,6 +117,12 @@ class AwsProvider(NodeProvider):
         # answered, and a launch not listed yet is not a node any more. On the head, also
         # by the autoscaler's earlier runs (`answered`).
         self._gone: set[str] = set()
+        self._listed_once = False
+        # Workers seen live at the last listing, or launched since: one missing from the next
+        # listing is asked about (was it reclaimed?). Reclaimed ones seen, until answered.
+        self._watched: set[str] = set()
+        self._reclaimed: dict[str, dict[str, Any]] = {}
+        self._live: set[str] = set()  # running at the last listing (can be stopped)
         if on_head:
             self._gone.update(answered.load(answered.removed_path(self.cluster_name), time.time()))
         key = config.auth.ssh_private_key
@@ -172,10 +180,38 @@ class AwsProvider(NodeProvider):
             raise ProviderError(f"cannot list instances: {error_message(exc)}") from exc
 
     def nodes(self) -> list[Node]:
+        """The cluster's pending and running instances, and the workers AWS reclaimed that
+        nobody answered yet (PREEMPTED). Reclaimed instances are terminated (or stopped):
+        the first listing asks for every state (reclaims while no autoscaler ran, which EC2
+        lists for about an hour); later ones only for the live states, plus, when a worker
+        seen live before is missing, for that worker's fate."""
         launches = sent.pending(self.cluster_name) if not self.on_head else []
-        listed = list(self._instances(ALL_STATES))
-        listed_ids = {str(i["InstanceId"]) for i in listed}
         with self._lock:
+            first, self._listed_once = not self._listed_once, True
+            watched = set(self._watched) - self._gone
+        listed = list(self._instances(ALL_STATES if first else LIVE_STATES))
+        listed_ids = {str(i["InstanceId"]) for i in listed}
+        missing = sorted(watched - listed_ids)
+        if missing:
+            by_id = {"Name": "instance-id", "Values": missing}
+            listed += [i for i in self._instances(ALL_STATES, by_id) if was_reclaimed(i)]
+        with self._lock:
+            for instance in listed:
+                if was_reclaimed(instance):
+                    self._reclaimed[str(instance["InstanceId"])] = instance
+            listed += [
+                i for key, i in self._reclaimed.items() if key not in listed_ids | set(missing)
+            ]
+            self._live = {
+                str(i["InstanceId"]) for i in listed if i.get("State", {}).get("Name") == "running"
+            }
+            self._watched = {
+                str(i["InstanceId"])
+                for i in listed
+                if i.get("State", {}).get("Name") in LIVE_STATES
+                and tags_of(i).get(TAG_KIND) == NodeKind.WORKER.value
+            }
+            listed_ids = {str(i["InstanceId"]) for i in listed}
             for launch in launches:
                 if launch.instances is None:
                     continue  # never answered: `up` and `down` send it again
@@ -276,26 +312,32 @@ class AwsProvider(NodeProvider):
                 if not batch:
                     break
                 created += batch
-        self._wait_listed(created, node_type)
         if len(created) < count:
             zones = tried or sorted(set(avoid_zones))
             detail = last or "every zone it may use is being avoided after recent failures"
             raise CapacityError(node_type.name, zones, detail, self._with_ips(created))
         return self._with_ips(created)
 
-    def _wait_listed(self, nodes: list[Node], node_type: NodeType) -> None:
-        """Return once DescribeInstances lists `nodes` (EC2 lists new instances a while
-        after launching them), or after LISTED_WAIT_S: whoever stops a launcher in the
-        middle of a launch (`down` stopping the autoscaler) then finds them by listing."""
-        wanted = {n.id for n in nodes}
-        deadline = time.monotonic() + LISTED_WAIT_S
-        by_type = {"Name": f"tag:{TAG_TYPE}", "Values": [node_type.name]}
-        while wanted:
+    def settle(self, timeout_s: float = LISTED_WAIT_S) -> None:
+        """Return once DescribeInstances lists every instance this provider launched (EC2
+        lists new instances a while after launching them), or after `timeout_s`: the
+        autoscaler calls it as it stops, so that whoever stopped it (`down`) then finds them
+        by listing. A launch itself returns with RunInstances' answer."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                wanted = sorted(set(self._unlisted) - self._gone)
+            if not wanted:
+                return
             try:
-                wanted -= {str(i["InstanceId"]) for i in self._instances(ALL_STATES, by_type)}
+                by_id = {"Name": "instance-id", "Values": wanted}
+                listed = {str(i["InstanceId"]) for i in self._instances(ALL_STATES, by_id)}
             except ProviderError:
-                return  # the launch is done; listing is someone else's business
-            if not wanted or time.monotonic() > deadline:
+                return  # listing is someone else's business now
+            with self._lock:
+                for instance_id in listed:
+                    self._unlisted.pop(instance_id, None)
+            if time.monotonic() > deadline:
                 return
             time.sleep(LISTED_POLL_S)
 
@@ -352,9 +394,10 @@ class AwsProvider(NodeProvider):
                 nodes.append(node)
                 if instance.get("PrivateIpAddress"):
                     self._private_ips[node.id] = str(instance["PrivateIpAddress"])
-                if record is not None:  # listed as a node until a listing shows it
-                    with self._lock:
-                        self._unlisted[node.id] = instance
+                with self._lock:  # listed as a node until a listing shows it
+                    self._unlisted[node.id] = instance
+                    if node.kind is NodeKind.WORKER:
+                        self._watched.add(node.id)
         return nodes
 
     def _restart_stopped(
@@ -459,17 +502,7 @@ class AwsProvider(NodeProvider):
             for start in range(0, len(ids), 500):
                 batch = ids[start : start + 500]
                 if stop:
-                    live = [
-                        i["InstanceId"]
-                        for i in self._instances(
-                            LIVE_STATES, {"Name": "instance-id", "Values": batch}
-                        )
-                    ]
-                    if live:
-                        self.clients.ec2.stop_instances(InstanceIds=live)
-                    gone = [i for i in batch if i not in live]
-                    if gone:
-                        self.clients.ec2.terminate_instances(InstanceIds=gone)
+                    self._stop_or_terminate(batch)
                 else:
                     self.clients.ec2.terminate_instances(InstanceIds=batch)
         except boto_errors() as exc:
@@ -480,6 +513,32 @@ class AwsProvider(NodeProvider):
                 answered.add(answered.removed_path(self.cluster_name), ids, time.time())
         if not stop:  # their host keys go with them (a stopped instance keeps its own)
             KnownHosts(known_hosts_path(self.cluster_name)).forget_nodes(set(ids))
+
+    def _stop_or_terminate(self, batch: list[str]) -> None:
+        """Stop the live instances of `batch` (kept for reuse), terminate the others (a
+        pending or stopped instance cannot be stopped). Which are live is known from the
+        last listing; only instances it did not show are asked about, and a stop refused
+        because a state changed since is decided again from a fresh answer."""
+        with self._lock:
+            known = [i for i in batch if i in self._live]
+        unknown = [i for i in batch if i not in known]
+        live = known + self._live_among(unknown) if unknown else known
+        try:
+            if live:
+                self.clients.ec2.stop_instances(InstanceIds=live)
+        except boto_errors() as exc:
+            if error_code(exc) != "IncorrectInstanceState":
+                raise
+            live = self._live_among(batch)  # the listing was out of date: ask
+            if live:
+                self.clients.ec2.stop_instances(InstanceIds=live)
+        gone = [i for i in batch if i not in live]
+        if gone:
+            self.clients.ec2.terminate_instances(InstanceIds=gone)
+
+    def _live_among(self, ids: list[str]) -> list[str]:
+        by_id = {"Name": "instance-id", "Values": ids}
+        return [str(i["InstanceId"]) for i in self._instances(("running",), by_id)]
 
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
         try:

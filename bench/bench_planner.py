@@ -26,9 +26,10 @@ import random
 import statistics
 import sys
 import time
+import tracemalloc
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from multiprocessing.connection import Connection
 from typing import Any
@@ -64,6 +65,8 @@ class Workload:
     pending: tuple[tuple[dict[str, float], int], ...]  # shape, count
     gangs: tuple[tuple[str, tuple[dict[str, float], ...]], ...]  # strategy, bundles
     max_workers: int = MAX_WORKERS
+    types: Mapping[str, Mapping[str, float]] = field(default_factory=lambda: TYPES)
+    prices: Mapping[str, float] | None = None  # per type, given to our planner only
 
     @property
     def bundles(self) -> int:
@@ -150,7 +153,10 @@ def ours_input(w: Workload) -> Callable[[], Counter[str]]:
         ),
     )
     settings = Settings(
-        types={name: TypeInfo(name, res, 0, w.max_workers) for name, res in TYPES.items()},
+        types={
+            name: TypeInfo(name, res, 0, w.max_workers, (w.prices or {}).get(name))
+            for name, res in w.types.items()
+        },
         max_workers=w.max_workers,
         upscaling_speed=UPSCALING_SPEED,
     )
@@ -219,7 +225,7 @@ def v2_input(w: Workload) -> Callable[[], Counter[str]]:
         disable_launch_config_check=True,
         node_type_configs={
             name: NodeTypeConfig(name, 0, w.max_workers, resources=dict(res))
-            for name, res in TYPES.items()
+            for name, res in w.types.items()
         },
         max_num_nodes=w.max_workers,
         resource_requests=[
@@ -275,7 +281,7 @@ def v1_input(w: Workload) -> Callable[[], Counter[str]]:
             "max_workers": w.max_workers,
             "node_config": {},
         }
-        for name, res in TYPES.items()
+        for name, res in w.types.items()
     }
     provider = _Provider({node_id: node_type for node_id, node_type, _, _ in w.nodes})
     demands = [dict(shape) for shape, count in w.pending for _ in range(count)]
@@ -327,6 +333,7 @@ class Result:
     times: list[float]
     launched: Counter[str] | None
     timeout: float | None = None  # set when a call was killed after this many seconds
+    peak_bytes: int | None = None  # Python memory allocated at the peak of one more call
 
     def time(self) -> str:
         if not self.times:
@@ -336,7 +343,8 @@ class Result:
     def launches(self) -> str:
         if self.launched is None:
             return "n/a"
-        per_type = ", ".join(f"{t} {self.launched[t]}" for t in TYPES if self.launched[t])
+        order = [t for t in TYPES if t in self.launched] + sorted(set(self.launched) - set(TYPES))
+        per_type = ", ".join(f"{t} {self.launched[t]}" for t in order if self.launched[t])
         return f"{sum(self.launched.values())} ({per_type})" if per_type else "0"
 
 
@@ -348,7 +356,9 @@ def seconds(value: float) -> str:
     return f"{value:.2f} s"
 
 
-def _child(conn: Connection, who: str, w: Workload, repeat: int, budget: float) -> None:
+def _child(
+    conn: Connection, who: str, w: Workload, repeat: int, budget: float, memory: bool
+) -> None:
     logging.disable(logging.CRITICAL)  # Ray's schedulers log warnings on unplaced work
     call = BUILDERS[who](w)  # building each one's input is not timed
     conn.send("ready")
@@ -362,20 +372,28 @@ def _child(conn: Connection, who: str, w: Workload, repeat: int, budget: float) 
         last = time.perf_counter() - started
         spent += last
         conn.send((last, dict(launched)))
+    if memory:  # one more call, traced (slower), for its peak allocation
+        tracemalloc.start()
+        call()
+        conn.send(("peak", tracemalloc.get_traced_memory()[1]))
+        tracemalloc.stop()
     conn.send(None)
     conn.close()
 
 
-def measure(who: str, w: Workload, repeat: int, budget: float, timeout: float) -> Result:
+def measure(
+    who: str, w: Workload, repeat: int, budget: float, timeout: float, memory: bool = False
+) -> Result:
     """Up to `repeat` calls in a forked child, fewer once they have taken `budget` seconds;
     the child is killed if one call takes more than `timeout` seconds."""
     ctx = multiprocessing.get_context("fork")
     receiver, sender = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(sender, who, w, repeat, budget), daemon=True)
+    proc = ctx.Process(target=_child, args=(sender, who, w, repeat, budget, memory), daemon=True)
     proc.start()
     sender.close()
     times: list[float] = []
     launched: Counter[str] | None = None
+    peak: int | None = None
     killed = False
     wait = 600.0  # for the input to be built
     while True:
@@ -390,12 +408,14 @@ def measure(who: str, w: Workload, repeat: int, budget: float, timeout: float) -
         if message is None:
             break
         wait = timeout
-        if message != "ready":
+        if isinstance(message, tuple) and message[0] == "peak":
+            peak = message[1]
+        elif message != "ready":
             times.append(message[0])
             launched = Counter(message[1])
     proc.join()
     receiver.close()
-    return Result(times, launched, timeout if killed else None)
+    return Result(times, launched, timeout if killed else None, peak)
 
 
 def progress(text: str) -> None:
@@ -499,6 +519,10 @@ def main() -> None:
     parser.add_argument(
         "--growth-timeout", type=float, default=60.0, help="kill a call of the growth part"
     )
+    parser.add_argument(
+        "--cost-only", action="store_true", help="only the cost scenarios and the scale run"
+    )
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per cost scenario family")
     args = parser.parse_args()
     timeout, growth_timeout = args.timeout, args.growth_timeout
     if args.quick:
@@ -509,6 +533,7 @@ def main() -> None:
         sizes = [(b, n) for b in (100, 1_000, 10_000) for n in (10, 100, 1_000)]
         counts, nodes = [1_000, 10_000, 100_000], 1_000
     import ray
+    from planner_cost import at_scale, cost_scenarios  # next to this file
 
     print(
         f"seed {SEED}; Ray {ray.__version__}; Python {platform.python_version()}; "
@@ -517,8 +542,13 @@ def main() -> None:
         f"({growth_timeout:g} s in the growth part)"
     )
     started = time.monotonic()
-    against_ray(sizes, args.repeat, args.budget, timeout)
-    growth(counts, nodes, args.repeat, args.budget, growth_timeout)
+    if not args.cost_only:
+        against_ray(sizes, args.repeat, args.budget, timeout)
+        growth(counts, nodes, args.repeat, args.budget, growth_timeout)
+    cost_sizes = [(1_000, 50)] if args.quick else [(1_000, 50), (4_000, 200)]
+    cost_scenarios(args.seeds, cost_sizes, timeout, args.repeat)
+    scale = (10_000, 1_000) if args.quick else (100_000, 10_000)
+    at_scale(*scale, growth_timeout, args.repeat)
     print(f"\n(total {time.monotonic() - started:.0f} s)")
 
 

@@ -110,6 +110,7 @@ class _Tier:
 class _Trial:
     slots: int  # how many slots there were when it began
     tiers: tuple[int, int]
+    logged: int  # entries in the placement log when it began
     saved: dict[int, tuple[dict[str, float], bool]] = field(default_factory=dict)
     cursors: dict[tuple[bool, Shape], int] = field(default_factory=dict)
 
@@ -119,8 +120,10 @@ class Packer:
     per shape, and an undo log: between `begin` and `rollback`, only the slots and cursors
     that changed are saved, and slots added since `begin` are dropped on rollback."""
 
-    def __init__(self, slots: Iterable[Slot] = ()) -> None:
+    def __init__(self, slots: Iterable[Slot] = (), log: bool = False) -> None:
         self.slots: list[Slot] = []
+        # (slot index, request, how many, owner) per take, when asked for (tests check it)
+        self.log: list[tuple[int, Resources, int, int]] | None = [] if log else None
         self._tiers = (_Tier(), _Tier())  # without, with GPUs
         self._positions: list[int] = []  # each slot's position in its tier
         self._cursors: dict[tuple[bool, Shape], int] = {}
@@ -136,8 +139,10 @@ class Packer:
         tier.append(index, slot.free)
         return index
 
-    def take(self, index: int, request: Resources, times: int = 1) -> None:
+    def take(self, index: int, request: Resources, times: int = 1, owner: int = -1) -> None:
         slot = self.slots[index]
+        if self.log is not None:
+            self.log.append((index, request, times, owner))
         trial = self._trial
         if trial is not None and index < trial.slots and index not in trial.saved:
             trial.saved[index] = (dict(slot.free), slot.used)
@@ -200,7 +205,8 @@ class Packer:
         self._cursors[key] = position
 
     def begin(self) -> None:
-        self._trial = _Trial(len(self.slots), (len(self._tiers[0]), len(self._tiers[1])))
+        logged = 0 if self.log is None else len(self.log)
+        self._trial = _Trial(len(self.slots), (len(self._tiers[0]), len(self._tiers[1])), logged)
 
     def commit(self) -> None:
         self._trial = None
@@ -214,6 +220,8 @@ class Packer:
             slot.free, slot.used = free, used
             self._tiers[slot.has_gpu].raise_bound(self._positions[index], free)
         self._cursors.update(trial.cursors)
+        if self.log is not None:
+            del self.log[trial.logged :]
         del self.slots[trial.slots :]
         del self._positions[trial.slots :]
         for tier, length in zip(self._tiers, trial.tiers, strict=True):

@@ -41,12 +41,14 @@ from launcher.autoscaler.packing import (
     needs_gpu,
     shape_of,
 )
+from launcher.autoscaler.plan_tidy import cheaper_type
 
 __all__ = [
     "MIN_UPSCALING_BURST",
     "Decision",
     "Gang",
     "NodeView",
+    "Placement",
     "Plan",
     "Resources",
     "Settings",
@@ -132,6 +134,20 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """`count` bundles of `request` on one node: an existing one (`node_id`) or the
+    `new`-th node this plan launches, of `node_type`; `group` is the index of the placement
+    group in `Snapshot.gangs` (its STRICT_PACK bundles as their sum), or -1 for tasks."""
+
+    node_id: str | None
+    new: int
+    node_type: str
+    request: Resources
+    count: int
+    group: int
+
+
+@dataclass(frozen=True)
 class Plan:
     launch: Mapping[str, int]
     terminate: tuple[tuple[str, str], ...]
@@ -139,6 +155,8 @@ class Plan:
     decisions: tuple[Decision, ...]
     # (fallback type, type it stands in for) -> how many of `launch` are such stand-ins
     stand_ins: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    # with plan(..., record=True): where each placed bundle went (before upscaling limits)
+    placements: tuple[Placement, ...] = ()
 
     def launches(self) -> list[tuple[str, int, str | None]]:
         """`launch` split into (type, count, the type they stand in for or None)."""
@@ -184,17 +202,20 @@ def _pending_by_shape(snapshot: Snapshot) -> Counter[Shape]:
 
 
 class _State:
-    def __init__(self, snapshot: Snapshot, settings: Settings) -> None:
+    def __init__(self, snapshot: Snapshot, settings: Settings, record: bool = False) -> None:
         self.settings = settings
         self.packer = Packer(
-            Slot(
-                n.id,
-                n.node_type,
-                dict(n.total if n.launching else n.available),
-                dict(n.total),
-                n.is_head,
-            )
-            for n in snapshot.nodes
+            (
+                Slot(
+                    n.id,
+                    n.node_type,
+                    dict(n.total if n.launching else n.available),
+                    dict(n.total),
+                    n.is_head,
+                )
+                for n in snapshot.nodes
+            ),
+            log=record,
         )
         self.counts: Counter[str] = Counter(n.node_type for n in snapshot.nodes if not n.is_head)
         self.workers = sum(self.counts.values())
@@ -309,12 +330,15 @@ class _State:
         return known
 
 
-def plan(snapshot: Snapshot, settings: Settings) -> Plan:
-    state = _State(snapshot, settings)
+def plan(snapshot: Snapshot, settings: Settings, *, record: bool = False) -> Plan:
+    """The plan for one round; with `record`, also where every placed bundle went."""
+    state = _State(snapshot, settings, record)
     _min_workers(state, snapshot.nodes)
-    for gang in snapshot.gangs:
-        _place_gang(state, gang)
+    after_min = (len(state.slots), len(state.decisions))
+    for number, gang in enumerate(snapshot.gangs):
+        _place_gang(state, gang, number)
     _place_tasks(state, snapshot.pending)
+    _tidy(state, *after_min)
     _place_constraints(state, snapshot.constraints)
     launch, stand_ins = _limit_upscaling(state, snapshot)
     terminate = _idle(state, snapshot, settings)
@@ -335,6 +359,25 @@ def plan(snapshot: Snapshot, settings: Settings) -> Plan:
         tuple(state.infeasible),
         tuple(state.decisions),
         dict(stand_ins),
+        _placements(state),
+    )
+
+
+def _placements(state: _State) -> tuple[Placement, ...]:
+    if state.packer.log is None:
+        return ()
+    slots = state.slots
+    first = next((i for i, s in enumerate(slots) if s.node_id is None), len(slots))
+    return tuple(
+        Placement(
+            slots[i].node_id,
+            i - first if slots[i].node_id is None else -1,
+            slots[i].node_type,
+            request,
+            count,
+            owner,
+        )
+        for i, request, count, owner in state.packer.log
     )
 
 
@@ -374,6 +417,59 @@ def _min_workers(state: _State, nodes: Sequence[NodeView]) -> None:
             for _ in range(missing):
                 state.add_node(name)
             state.decisions.append(Decision("launch", reason, name, missing))
+
+
+def _tidy(state: _State, first_new: int, first_decision: int) -> None:
+    """After placement, a new node whose contents fit a cheaper type becomes one (the last
+    node launched for a shape is often partly used); the log says so. Nodes launched for
+    min_workers (before `first_new`) are left as they are. Resized slots keep their tier in
+    the packer: nothing is searched on it after this."""
+    types = state.settings.types
+    capacities = {n: t.resources for n, t in types.items()}
+    prices = {n: t.price for n, t in types.items() if n not in state.unavailable}
+    resized: Counter[tuple[str, str]] = Counter()
+    for index in range(first_new, len(state.slots)):
+        slot = state.slots[index]
+        if slot.node_id is not None:
+            continue
+        used = {k: v - slot.free.get(k, 0.0) for k, v in slot.total.items()}
+        room = [n for n in prices if types[n].max_workers > 0 and state.room(n) > 0]
+        better = cheaper_type(used, slot.node_type, capacities, prices, room)
+        if better is not None:
+            resized[slot.node_type, better] += 1
+            _resize(state, index, better, used)
+    _retell(state, first_decision, resized)
+
+
+def _resize(state: _State, index: int, name: str, used: Resources) -> None:
+    slot = state.slots[index]
+    for counter in (state.counts, state.launch):
+        counter[slot.node_type] -= 1
+        counter[name] += 1
+    total = dict(state.settings.types[name].resources)
+    slot.node_type, slot.total = name, total
+    slot.free = {k: v - used.get(k, 0.0) for k, v in total.items()}
+
+
+def _retell(state: _State, first_decision: int, resized: Counter[tuple[str, str]]) -> None:
+    """The launch decisions after `_tidy`: resized nodes move from their old type's
+    decisions (the latest first) to one decision for their new type."""
+    decisions = state.decisions
+    for (old, new), count in resized.items():
+        left = count
+        for i in range(len(decisions) - 1, first_decision - 1, -1):
+            d = decisions[i]
+            if left and d.action == "launch" and d.node_type == old:
+                take = min(left, d.count)
+                decisions[i] = replace(d, count=d.count - take)
+                left -= take
+        decisions.append(
+            Decision(
+                "launch", f"what {resized[old, new]} x {old} would hold", new, resized[old, new]
+            )
+        )
+    kept = [d for d in decisions[first_decision:] if d.action != "launch" or d.count > 0]
+    state.decisions = decisions[:first_decision] + kept
 
 
 def _place_tasks(state: _State, pending: Iterable[tuple[Resources, int]]) -> None:
@@ -436,7 +532,7 @@ def _place_many(
     return left, launched
 
 
-def _place_gang(state: _State, gang: Gang) -> None:
+def _place_gang(state: _State, gang: Gang, number: int) -> None:
     label = f"placement group {gang.name or ''} ({gang.strategy}, {len(gang.bundles)} bundles)"
     requests = _gang_requests(gang)
     shapes = [shape_of(r) for r in requests]
@@ -455,7 +551,7 @@ def _place_gang(state: _State, gang: Gang) -> None:
             state.pending.subtract(shapes[position + 1 :])
             state.decisions.append(Decision("wait", f"{label}: no room for all bundles"))
             return
-        state.packer.take(index, request)
+        state.packer.take(index, request, owner=number)
         if skip is not None:
             skip.add(index)
     state.commit()  # every bundle found a place

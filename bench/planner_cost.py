@@ -1,0 +1,289 @@
+"""Cost scenarios for `bench_planner.py`: node types of real instance sizes (CPU, GPU and
+memory in GiB), priced from the launcher's price table (or by prices a config gives),
+partly busy existing nodes, pending bundles of five shapes drawn per seed, with and without
+a few hundred placement groups of all four strategies. For each scenario: time, nodes and
+hourly cost of ours, Ray v1 and Ray v2, and an LP lower bound on the cost
+(`launcher.autoscaler.plan_bound`: demand minus free capacity, per resource).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from bench_planner import STRATEGIES, Result, Workload, measure, progress
+
+from launcher.autoscaler.packing import fits
+from launcher.autoscaler.plan_bound import lower_bound, shortfall
+from launcher.pricing import load_prices
+
+# Type sets: (provider, instance types). Resources and prices come from the price table.
+TYPE_SETS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "aws": (
+        "aws",
+        (
+            "m5.xlarge",
+            "m5.4xlarge",
+            "c5.4xlarge",
+            "r5.2xlarge",
+            "g4dn.xlarge",
+            "g4dn.12xlarge",
+            "p3.8xlarge",
+        ),
+    ),
+    "gcp": (
+        "gcp",
+        (
+            "n1-standard-4",
+            "n1-standard-16",
+            "n1-highmem-8",
+            "e2-standard-8",
+            "n2-standard-16",
+            "g2-standard-4",
+            "a2-highgpu-1g",
+        ),
+    ),
+}
+CPUS = (0.5, 1.0, 1.0, 2.0, 2.0, 4.0, 8.0)
+MEMORY = (1.0, 2.0, 4.0, 4.0, 8.0, 16.0, 24.0)
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    type_set: str
+    groups: int  # placement groups among the bundles
+    config_prices: bool  # spot prices given as the config's own prices
+
+
+FAMILIES = (
+    Family("aws", "aws", 0, False),
+    Family("aws + groups", "aws", 300, False),
+    Family("gcp", "gcp", 0, False),
+    Family("gcp + groups", "gcp", 300, False),
+    Family("aws spot prices in config + groups", "aws", 300, True),
+)
+
+
+def node_types(family: Family) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    provider, names = TYPE_SETS[family.type_set]
+    table = load_prices()
+    types, prices = {}, {}
+    for name in names:
+        machine = table.machine(provider, name)
+        assert machine is not None, name
+        res = {"CPU": float(machine.vcpus), "memory": float(machine.memory_gib)}
+        if machine.gpus:
+            res["GPU"] = float(machine.gpus)
+        types[name] = res
+        spot = machine.price.spot if family.config_prices else None
+        prices[name] = spot if spot is not None else machine.price.on_demand
+    return types, prices
+
+
+def shapes(rng: random.Random, types: Mapping[str, Mapping[str, float]]) -> list[dict[str, float]]:
+    """Five bundle shapes, each fitting some type; one or two of them with GPUs."""
+    out: list[dict[str, float]] = []
+    gpus = rng.choice((1, 2))
+    while len(out) < 5:
+        shape = {"CPU": rng.choice(CPUS), "memory": rng.choice(MEMORY)}
+        if len(out) >= 5 - gpus:
+            shape["GPU"] = float(rng.choice((1, 1, 1, 2)))
+        if any(fits(t, shape) for t in types.values()) and shape not in out:
+            out.append(shape)
+    return out
+
+
+def scenario(family: Family, seed: int, bundles: int, nodes: int) -> Workload:
+    rng = random.Random(f"cost-{family.name}-{seed}-{bundles}-{nodes}")
+    types, prices = node_types(family)
+    kinds = list(types)
+    existing = []
+    for i in range(nodes):
+        kind = rng.choice(kinds)
+        total = dict(types[kind])
+        free = {
+            k: float(rng.randint(0, int(v))) if k != "memory" else round(v * rng.random())
+            for k, v in total.items()
+        }
+        existing.append((f"node-{i:05d}", kind, total, free))
+    pool = shapes(rng, types)
+    weights = [rng.random() + 0.1 for _ in pool]
+    gangs = []
+    in_groups = 0
+    for g in range(family.groups):
+        strategy = STRATEGIES[g % 4]
+        shape = rng.choices(pool, weights)[0]
+        size = rng.randint(2, 6)
+        if strategy == "STRICT_PACK":  # the sum must fit one node of some type
+            while size > 1 and not any(
+                fits(t, {k: v * size for k, v in shape.items()}) for t in types.values()
+            ):
+                size -= 1
+        gangs.append((strategy, tuple(dict(shape) for _ in range(size))))
+        in_groups += size
+    drawn = Counter(rng.choices(range(len(pool)), weights, k=max(0, bundles - in_groups)))
+    pending = tuple((dict(pool[i]), n) for i, n in sorted(drawn.items()))
+    return Workload(
+        f"{family.name} seed {seed}: {bundles} bundles x {nodes} nodes",
+        f"{family.groups} groups",
+        tuple(existing),
+        pending,
+        tuple(gangs),
+        types=types,
+        prices=prices,
+    )
+
+
+def bound(w: Workload) -> float | None:
+    """The LP lower bound on the hourly cost of the nodes to launch for `w`'s demand."""
+    demand: Counter[str] = Counter()
+    every = [(s, n) for s, n in w.pending] + [(b, 1) for _, g in w.gangs for b in g]
+    for shape, count in every:
+        if any(fits(t, shape) for t in w.types.values()):  # infeasible demand launches nothing
+            demand.update({k: v * count for k, v in shape.items()})
+    free: Counter[str] = Counter()
+    for _, _, _, available in w.nodes:
+        free.update(available)
+    result = lower_bound(shortfall(demand, free), w.types, w.prices or {})
+    return None if result is None else result.cost
+
+
+def cost(w: Workload, r: Result) -> float | None:
+    if r.launched is None or w.prices is None:
+        return None
+    return sum(w.prices[t] * n for t, n in r.launched.items())
+
+
+@dataclass
+class Row:
+    family: str
+    seed: int
+    workload: Workload
+    results: dict[str, Result]
+    costs: dict[str, float | None]
+    nodes: dict[str, int | None]
+    lp: float | None
+
+
+def run_scenario(
+    family: Family, seed: int, bundles: int, nodes: int, timeout: float, repeat: int
+) -> Row:
+    w = scenario(family, seed, bundles, nodes)
+    results = {}
+    for who in ("ours", "ray_v1", "ray_v2"):
+        progress(f"  {w.label}: {who} ...")
+        results[who] = measure(who, w, repeat if who == "ours" else 1, 10.0, timeout)
+    return Row(
+        family.name,
+        seed,
+        w,
+        results,
+        {who: cost(w, r) for who, r in results.items()},
+        {who: None if r.launched is None else r.launched.total() for who, r in results.items()},
+        bound(w),
+    )
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None:
+        return None
+    if b == 0:
+        return 1.0 if a == 0 else float("inf")
+    return a / b
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _best_of_ray(values: Mapping[str, float | int | None]) -> float | None:
+    theirs = [v for k, v in values.items() if k != "ours" and v is not None]
+    return min(theirs) if theirs else None
+
+
+def report(rows: list[Row]) -> None:
+    print("\n### Cost scenarios: nodes launched and hourly cost ($) per scenario\n")
+    print(
+        "| family | seed | bundles (groups) | nodes | time ours / v1 / v2 "
+        "| nodes ours / v1 / v2 | cost ours / v1 / v2 | LP bound | ours / LP "
+        "| ours <= fewer nodes? | ours <= cheaper? |"
+    )
+    print("| --- | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | --- | --- |")
+    for row in rows:
+        w, r, c, n = row.workload, row.results, row.costs, row.nodes
+        times = " / ".join(r[k].time() for k in ("ours", "ray_v1", "ray_v2"))
+        counts = " / ".join(str(n[k]) if n[k] is not None else "n/a" for k in n)
+        money = " / ".join(_fmt(c[k]) for k in ("ours", "ray_v1", "ray_v2"))
+        fewest, cheapest = _best_of_ray(n), _best_of_ray(c)
+        fewer = _verdict(n["ours"], fewest, lambda d: f"+{d:.0f}")
+        cheaper = _verdict(c["ours"], cheapest, lambda d: f"+${d:.2f}")
+        print(
+            f"| {row.family} | {row.seed} | {w.bundles:,} ({len(w.gangs)}) | {len(w.nodes):,} "
+            f"| {times} | {counts} | {money} | {_fmt(row.lp)} "
+            f"| {_fmt(_ratio(c['ours'], row.lp), 3)} | {fewer} | {cheaper} |"
+        )
+    print("\n### Per family: ratios (mean, worst) over its scenarios\n")
+    print(
+        "| family | scenarios | nodes ours / fewer of Ray | cost ours / cheaper of Ray "
+        "| cost ours / LP | cost Ray v1 / LP | cost Ray v2 / LP |"
+    )
+    print("| --- | ---: | --- | --- | --- | --- | --- |")
+    for family in dict.fromkeys(row.family for row in rows):
+        mine = [row for row in rows if row.family == family]
+        cells = [
+            _summary([_ratio(row.nodes["ours"], _best_of_ray(row.nodes)) for row in mine]),
+            _summary([_ratio(row.costs["ours"], _best_of_ray(row.costs)) for row in mine]),
+            *(_summary([_ratio(row.costs[k], row.lp) for row in mine]) for k in row.costs),
+        ]
+        print(f"| {family} | {len(mine)} | {' | '.join(cells)} |")
+
+
+def _verdict(ours: float | None, theirs: float | None, show: Callable[[float], str]) -> str:
+    if ours is None or theirs is None:
+        return "n/a"
+    return "yes" if ours <= theirs + 1e-9 else f"**no, {show(ours - theirs)}**"
+
+
+def _summary(values: list[float | None]) -> str:
+    known = [v for v in values if v is not None]
+    if not known:
+        return "n/a"
+    return f"{statistics.mean(known):.3f}, {max(known):.3f}"
+
+
+def cost_scenarios(
+    seeds: int, sizes: list[tuple[int, int]], timeout: float, repeat: int
+) -> list[Row]:
+    rows = [
+        run_scenario(family, seed, bundles, nodes, timeout, repeat)
+        for family in FAMILIES
+        for bundles, nodes in sizes
+        for seed in range(1, seeds + 1)
+    ]
+    report(rows)
+    return rows
+
+
+def at_scale(bundles: int, nodes: int, timeout: float, repeat: int) -> None:
+    """Our planner alone on one large priced scenario of each family: time and memory."""
+    print(f"\n### Our planner at {bundles:,} bundles x {nodes:,} nodes (priced scenarios)\n")
+    print("| family | groups | time (median) | peak memory of a call | nodes | cost / LP |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for family in FAMILIES:
+        w = scenario(family, 1, bundles, nodes)
+        w = Workload(
+            w.label, w.detail, w.nodes, w.pending, w.gangs, 10 * bundles, w.types, w.prices
+        )
+        progress(f"  {w.label}: ours ...")
+        r = measure("ours", w, repeat, 10.0, timeout, memory=True)
+        peak = "n/a" if r.peak_bytes is None else f"{r.peak_bytes / 2**20:.0f} MiB"
+        launched = "n/a" if r.launched is None else f"{r.launched.total():,}"
+        ratio = _ratio(cost(w, r), bound(w))
+        print(
+            f"| {family.name} | {len(w.gangs)} | {r.time()} | {peak} | {launched} "
+            f"| {_fmt(ratio, 3)} |"
+        )

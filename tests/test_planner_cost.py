@@ -1,0 +1,185 @@
+"""Cost-aware planning checked from the outside: every bundle the planner calls placeable is
+re-packed, where the plan put it, into the free capacity of existing nodes and the capacity
+of the nodes it launches (no node over-committed, STRICT_SPREAD on distinct nodes,
+STRICT_PACK on one node, max_workers respected), on random scenarios; and the LP lower
+bound is exact on small cases solved by hand."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from launcher.autoscaler.packing import EPS
+from launcher.autoscaler.plan_bound import lower_bound, shortfall
+from launcher.autoscaler.plan_tidy import cheaper_type
+from launcher.autoscaler.planner import (
+    Gang,
+    NodeView,
+    Plan,
+    Settings,
+    Snapshot,
+    TypeInfo,
+    plan,
+)
+
+TYPES = (
+    TypeInfo("m4", {"CPU": 4, "memory": 16}, 0, 6, price=0.19),
+    TypeInfo("m16", {"CPU": 16, "memory": 64}, 0, 4, price=0.77),
+    TypeInfo("c16", {"CPU": 16, "memory": 32}, 0, 5, price=0.68),
+    TypeInfo("r8", {"CPU": 8, "memory": 64}, 0, 5, price=0.50),
+    TypeInfo("g1", {"CPU": 4, "memory": 16, "GPU": 1}, 0, 6, price=0.53),
+    TypeInfo("g4", {"CPU": 48, "memory": 192, "GPU": 4}, 0, 2, price=3.91),
+)
+SHAPES = (
+    {"CPU": 1.0, "memory": 2.0},
+    {"CPU": 4.0, "memory": 4.0},
+    {"CPU": 1.0, "memory": 12.0},
+    {"CPU": 2.0, "memory": 8.0},
+    {"CPU": 2.0, "memory": 4.0, "GPU": 1.0},
+)
+STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Settings]:
+    priced = draw(st.booleans())
+    types = {
+        t.name: t if priced else TypeInfo(t.name, t.resources, 0, t.max_workers) for t in TYPES
+    }
+    # A running head, so upscaling_speed (huge) rather than the minimum burst limits launches.
+    nodes = [NodeView("head", "m4", is_head=True, total={"CPU": 2}, available={})]
+    for i in range(draw(st.integers(0, 6))):
+        kind = draw(st.sampled_from(sorted(types)))
+        total = dict(types[kind].resources)
+        free = {k: float(draw(st.integers(0, int(v)))) for k, v in total.items()}
+        nodes.append(NodeView(f"n{i}", kind, total=total, available=free))
+    pending = tuple(
+        (dict(SHAPES[s]), n)
+        for s, n in draw(
+            st.dictionaries(st.integers(0, len(SHAPES) - 1), st.integers(1, 40))
+        ).items()
+    )
+    gangs = tuple(
+        Gang(tuple(dict(SHAPES[s]) for _ in range(size)), STRATEGIES[g % 4], f"g{g}")
+        for g, (s, size) in enumerate(
+            draw(
+                st.lists(st.tuples(st.integers(0, len(SHAPES) - 1), st.integers(1, 5)), max_size=8)
+            )
+        )
+    )
+    cap = draw(st.integers(3, 25))
+    return Snapshot(tuple(nodes), pending, gangs), Settings(types, cap, upscaling_speed=1e6)
+
+
+def _left_waiting(result: Plan) -> tuple[set[str], Counter[tuple[tuple[str, float], ...]]]:
+    """Groups the plan says wait or are infeasible, and task bundles left waiting per shape."""
+    groups: set[str] = set()
+    tasks: Counter[tuple[tuple[str, float], ...]] = Counter()
+    for d in result.decisions:
+        if d.action not in ("wait", "infeasible"):
+            continue
+        if m := re.search(r"placement group (\S+) ", d.reason):
+            groups.add(m.group(1))
+        elif m := re.match(r"(\d+) pending bundle\(s\) of \{(.*)\}", d.reason):
+            shape = tuple(sorted((k, float(v)) for k, v in re.findall(r"(\w+): ([\d.]+)", m[2])))
+            tasks[shape] += int(m[1])
+    return groups, tasks
+
+
+def _check(snapshot: Snapshot, config: Settings, result: Plan) -> None:
+    types = config.types
+    # Capacity: existing nodes offer what they have free, new nodes their (final) type's.
+    capacity: dict[tuple[str | None, int], dict[str, float]] = {
+        (n.id, -1): dict(n.available) for n in snapshot.nodes
+    }
+    new_types: dict[int, str] = {}
+    used: dict[tuple[str | None, int], Counter[str]] = defaultdict(Counter)
+    nodes_of_group: dict[int, list[tuple[str | None, int]]] = defaultdict(list)
+    placed_tasks: Counter[tuple[tuple[str, float], ...]] = Counter()
+    for p in result.placements:
+        key = (p.node_id, p.new)
+        if p.node_id is None:
+            assert new_types.setdefault(p.new, p.node_type) == p.node_type
+            capacity[key] = dict(types[p.node_type].resources)
+        used[key].update({k: v * p.count for k, v in p.request.items()})
+        if p.group >= 0:
+            nodes_of_group[p.group].extend([key] * p.count)
+        else:
+            placed_tasks[tuple(sorted(p.request.items()))] += p.count
+    for key, amounts in used.items():
+        for resource, amount in amounts.items():
+            assert amount <= capacity[key].get(resource, 0.0) + EPS, (key, resource)
+    # What is launched is what placements use (and min_workers, none here), within limits.
+    assert Counter(new_types.values()) == Counter(result.launch)
+    workers = [n for n in snapshot.nodes if not n.is_head]
+    existing = Counter(n.node_type for n in workers)
+    for name, count in result.launch.items():
+        assert existing[name] + count <= types[name].max_workers
+    assert len(workers) + sum(result.launch.values()) <= max(config.max_workers, len(workers))
+    # Groups: placed whole, or said to wait; strict strategies honoured.
+    waiting_groups, waiting_tasks = _left_waiting(result)
+    for number, gang in enumerate(snapshot.gangs):
+        where = nodes_of_group.get(number, [])
+        if gang.name in waiting_groups:
+            assert where == []
+            continue
+        if gang.strategy == "STRICT_PACK":
+            assert len(where) == 1
+        else:
+            assert len(where) == len(gang.bundles)
+        if gang.strategy == "STRICT_SPREAD":
+            assert len(set(where)) == len(where)
+    # Tasks: every pending bundle is placed or said to wait.
+    pending: Counter[tuple[tuple[str, float], ...]] = Counter()
+    for request, count in snapshot.pending:
+        pending[tuple(sorted((k, float(v)) for k, v in request.items()))] += count
+    for shape, count in pending.items():
+        assert placed_tasks[shape] + waiting_tasks[shape] == count, shape
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenarios())
+def test_every_placeable_bundle_fits_free_and_launched_capacity(
+    case: tuple[Snapshot, Settings],
+) -> None:
+    snapshot, config = case
+    result = plan(snapshot, config, record=True)
+    _check(snapshot, config, result)
+    assert plan(snapshot, config).launch == result.launch  # recording changes nothing
+
+
+def test_a_partly_used_last_node_is_resized_to_a_cheaper_type() -> None:
+    # 18 {CPU: 1, memory: 2}: one c16 ($0.68) takes 16, and the 2 left need only an m4.
+    types = {t.name: t for t in TYPES}
+    head = NodeView("head", "m4", is_head=True, total={"CPU": 2}, available={})
+    result = plan(
+        Snapshot((head,), pending=(({"CPU": 1, "memory": 2}, 18),)),
+        Settings(types, 20, upscaling_speed=1e6),
+        record=True,
+    )
+    assert result.launch == {"c16": 1, "m4": 1}
+    assert sum(d.count for d in result.decisions if d.action == "launch") == 2
+
+
+def test_cheaper_type_keeps_cpu_work_off_gpu_types() -> None:
+    caps = {"gpu": {"CPU": 8, "GPU": 1}, "cpu": {"CPU": 8}, "big": {"CPU": 32}}
+    prices = {"gpu": 0.3, "cpu": 0.4, "big": 1.6}
+    assert cheaper_type({"CPU": 6}, "big", caps, prices, caps) == "cpu"
+    assert cheaper_type({"CPU": 6, "GPU": 0}, "cpu", caps, prices, caps) is None
+    assert cheaper_type({"CPU": 6}, "big", caps, {"big": 1.6}, caps) is None  # unpriced
+
+
+def test_lower_bound_is_the_lp_optimum() -> None:
+    caps = {"c": {"CPU": 16, "memory": 32}, "r": {"CPU": 8, "memory": 64}}
+    prices = {"c": 0.68, "r": 0.50}
+    # CPU only: c at 0.0425 per CPU beats r at 0.0625: 10 c nodes.
+    assert abs(lower_bound({"CPU": 160}, caps, prices).cost - 6.8) < 1e-9  # type: ignore[union-attr]
+    # 160 CPU and 640 GiB: both tight, 16c + 8r = 160, 32c + 64r = 640 -> c = r = 20/3.
+    bound = lower_bound({"CPU": 160, "memory": 640}, caps, prices)
+    assert bound is not None and abs(bound.cost - 20 / 3 * (0.68 + 0.50)) < 1e-9
+    assert lower_bound({"GPU": 1}, caps, prices) is None
+    assert lower_bound({}, caps, prices).cost == 0  # type: ignore[union-attr]
+    assert shortfall({"CPU": 10, "memory": 4}, {"CPU": 4, "memory": 8}) == {"CPU": 6}

@@ -5,33 +5,22 @@ autoscaler stops the idle cluster by itself (workers, then the head, tagged auto
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.aws_fake import InstanceHosts, MotoServer, loopback_vpc, tag
+from tests.aws_clusters import AwsCluster, aws_config, running_cluster
+from tests.aws_fake import tag
 from tests.cluster_helpers import wait_for
-from tests.ssh_hosts import isolation_unavailable, ray_start_commands
-from tests.test_aws_cluster import AwsCluster
+from tests.ssh_hosts import isolation_unavailable
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())
 )
 
-CONFIG = """
-cluster_name: aws-e2e
-max_workers: 2
-idle_timeout_minutes: 5
-provider:
-  type: aws
-  region: us-west-2
-  use_internal_ips: true
-  cache_stopped_nodes: true
-auth:
-  ssh_user: root
-available_node_types:
+CONFIG = aws_config(
+    """\
   head:
     node_config: {InstanceType: m5.large, ImageId: AMI, SubnetIds: [SUBNET_A]}
     resources: {CPU: 1}
@@ -41,25 +30,16 @@ available_node_types:
     resources: {CPU: 1}
     min_workers: 1
     max_workers: 2
-head_node_type: head
-""" + ray_start_commands(num_cpus=1)
+""",
+    max_workers=2,
+    cache_stopped=True,
+)
 
 
 @pytest.fixture
 def aws(tmp_path: Path) -> Iterator[AwsCluster]:
-    with MotoServer() as server, InstanceHosts(server) as hosts:
-        ec2 = server.client("ec2")
-        vpc = loopback_vpc(ec2)
-        ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-        path = tmp_path / "cluster.yaml"
-        path.write_text(CONFIG.replace("AMI", ami).replace("SUBNET_A", vpc.subnet_ids[0]))
-        env = {**os.environ, **server.env(), "LAUNCHER_HOME": str(tmp_path / "home")}
-        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
-            env.pop(name, None)
-        cluster = AwsCluster(server, hosts, vpc, path, env)
+    with running_cluster(tmp_path, CONFIG) as cluster:
         yield cluster
-        cluster.run("down", "-y", str(path))
-        hosts.check()
 
 
 def test_autostop_stops_the_idle_cluster_and_up_starts_the_same_instances_again(

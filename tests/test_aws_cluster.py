@@ -9,46 +9,31 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.aws_clusters import AwsCluster, aws_config, running_cluster
 from tests.aws_fake import (
     LOOPBACK_NET,
-    InstanceHosts,
-    LoopbackVpc,
-    MotoServer,
     interrupt_spot,
-    loopback_vpc,
     tag,
 )
 from tests.aws_faults import Call
 from tests.cluster_helpers import wait_for
-from tests.ssh_hosts import COUNT_NODES, isolation_unavailable, ray_start_commands
+from tests.ssh_hosts import COUNT_NODES, isolation_unavailable
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())
 )
 
-CONFIG = """
-cluster_name: aws-e2e
-max_workers: 3
-idle_timeout_minutes: 5
-provider:
-  type: aws
-  region: us-west-2
-  use_internal_ips: true
-  cache_stopped_nodes: false
-auth:
-  ssh_user: root
-available_node_types:
+CONFIG = aws_config(
+    """\
   head:
     node_config: {InstanceType: m5.large, ImageId: AMI, SubnetIds: [SUBNET_A]}
     resources: {CPU: 1}
@@ -66,50 +51,20 @@ available_node_types:
     node_config: {InstanceType: m5.large, ImageId: AMI, SubnetIds: [SUBNET_A, SUBNET_B]}
     resources: {CPU: 1}
     max_workers: 2
-head_node_type: head
+""",
+    extra="""\
 metadata:
   launcher:
     fallbacks:
       spot: [ondemand]
 setup_commands:
   - echo "setup on $LAUNCHER_NODE_IP" >> ~/setup.log
-""" + ray_start_commands(num_cpus=1)
+""",
+)
 ALIVE_IPS = (
     "python -c 'import ray; ray.init(); "
     'print(*[n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]])\''
 )
-LIVE = ("pending", "running", "stopping", "stopped")
-
-
-@dataclass
-class AwsCluster:
-    server: MotoServer
-    hosts: InstanceHosts
-    vpc: LoopbackVpc
-    path: Path
-    env: dict[str, str]
-
-    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "launcher", *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-
-    def instances(self, *states: str) -> list[dict[str, Any]]:
-        reply = self.server.client("ec2").describe_instances(
-            Filters=[
-                {"Name": "tag:launcher-cluster", "Values": ["aws-e2e"]},
-                {"Name": "instance-state-name", "Values": list(states or LIVE)},
-            ]
-        )
-        return [i for r in reply["Reservations"] for i in r["Instances"]]
-
-    def of_type(self, node_type: str) -> list[dict[str, Any]]:
-        return [i for i in self.instances() if tag(i, "launcher-node-type") == node_type]
 
 
 def status_of(instance: dict[str, Any], status: str) -> bool:
@@ -118,21 +73,8 @@ def status_of(instance: dict[str, Any], status: str) -> bool:
 
 @pytest.fixture(scope="module")
 def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AwsCluster]:
-    tmp = tmp_path_factory.mktemp("aws")
-    with MotoServer() as server, InstanceHosts(server) as hosts:
-        ec2 = server.client("ec2")
-        vpc = loopback_vpc(ec2)
-        ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-        a, b, _ = vpc.subnet_ids
-        path = tmp / "cluster.yaml"
-        path.write_text(CONFIG.replace("AMI", ami).replace("SUBNET_A", a).replace("SUBNET_B", b))
-        env = {**os.environ, **server.env(), "LAUNCHER_HOME": str(tmp / "home")}
-        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
-            env.pop(name, None)
-        cluster = AwsCluster(server, hosts, vpc, path, env)
+    with running_cluster(tmp_path_factory.mktemp("aws"), CONFIG) as cluster:
         yield cluster
-        cluster.run("down", "-y", str(path))
-        hosts.check()
 
 
 def test_up_runs_ray_on_ec2_instances(aws: AwsCluster) -> None:

@@ -7,7 +7,6 @@ AWS takes the machine; the reclaim itself then counts as the same preemption."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -18,10 +17,10 @@ from typing import Any
 import pytest
 
 from launcher.autoscaler.notice_watch import parse_notice, read_notice
-from tests.aws_fake import InstanceHosts, MotoServer, interrupt_spot, loopback_vpc, tag
+from tests.aws_clusters import AwsCluster, aws_config, running_cluster
+from tests.aws_fake import interrupt_spot, tag
 from tests.cluster_helpers import wait_for
-from tests.ssh_hosts import isolation_unavailable, ray_start_commands
-from tests.test_aws_cluster import AwsCluster
+from tests.ssh_hosts import isolation_unavailable
 
 
 class Metadata:
@@ -85,18 +84,8 @@ def test_the_watcher_reads_an_imdsv2_notice() -> None:
     assert parse_notice("<html>") is None
 
 
-CONFIG = """
-cluster_name: aws-e2e  # the name AwsCluster lists
-max_workers: 3
-idle_timeout_minutes: 5
-provider:
-  type: aws
-  region: us-west-2
-  use_internal_ips: true
-  cache_stopped_nodes: false
-auth:
-  ssh_user: root
-available_node_types:
+CONFIG = aws_config(
+    """\
   head:
     node_config: {InstanceType: m5.large, ImageId: AMI, SubnetIds: [SUBNET_A]}
     resources: {CPU: 1}
@@ -114,12 +103,9 @@ available_node_types:
     node_config: {InstanceType: m5.large, ImageId: AMI, SubnetIds: [SUBNET_A]}
     resources: {CPU: 1}
     max_workers: 2
-head_node_type: head
-metadata:
-  launcher:
-    fallbacks:
-      spot: [ondemand]
-""" + ray_start_commands(num_cpus=1)
+""",
+    extra="metadata: {launcher: {fallbacks: {spot: [ondemand]}}}\n",
+)
 
 
 @pytest.fixture
@@ -133,20 +119,11 @@ def aws(tmp_path: Path) -> Iterator[tuple[AwsCluster, Metadata]]:
         with (host.home / ".aws" / "config").open("a") as config:
             config.write(f"ec2_metadata_service_endpoint = {metadata.url}/ip/{host.ip}\n")
 
-    with MotoServer() as server, InstanceHosts(server, on_boot=point_at_metadata) as hosts:
-        ec2 = server.client("ec2")
-        vpc = loopback_vpc(ec2)
-        ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-        path = tmp_path / "cluster.yaml"
-        path.write_text(CONFIG.replace("AMI", ami).replace("SUBNET_A", vpc.subnet_ids[0]))
-        env = {**os.environ, **server.env(), "LAUNCHER_HOME": str(tmp_path / "home")}
-        for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN"):
-            env.pop(name, None)
-        cluster = AwsCluster(server, hosts, vpc, path, env)
-        yield cluster, metadata
-        cluster.run("down", "-y", str(path))
-        hosts.check()
-    metadata.close()
+    try:
+        with running_cluster(tmp_path, CONFIG, on_boot=point_at_metadata) as cluster:
+            yield cluster, metadata
+    finally:
+        metadata.close()
 
 
 def _monitor(aws: AwsCluster) -> list[str]:

@@ -6,17 +6,16 @@ again and Ray runs on both."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.cluster_helpers import wait_for
-from tests.gce_fake import PROJECT, GceServer
-from tests.gce_hosts import GceHosts
+from tests.gce_fake import PROJECT
+from tests.gcp_clusters import GcpCluster, running_gcp_cluster
 from tests.ssh_hosts import isolation_unavailable, ray_start_commands
-from tests.test_gcp_cluster import NODE, GcpCluster
+from tests.test_gcp_cluster import NODE
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())
@@ -52,14 +51,8 @@ head_node_type: head
 
 @pytest.fixture
 def gcp(tmp_path: Path) -> Iterator[GcpCluster]:
-    with GceServer() as server, GceHosts(server) as hosts:
-        path = tmp_path / "cluster.yaml"
-        path.write_text(CONFIG)
-        env = {**os.environ, **server.env(), "LAUNCHER_HOME": str(tmp_path / "home")}
-        cluster = GcpCluster(server, hosts, path, env)
+    with running_gcp_cluster(tmp_path, CONFIG) as cluster:
         yield cluster
-        cluster.run("down", "-y", "--purge", str(path))
-        hosts.check()
 
 
 def test_autostop_stops_the_idle_cluster_and_up_starts_the_same_instances_again(

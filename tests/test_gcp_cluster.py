@@ -7,17 +7,13 @@ head's service account would on GCE.
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from tests.cluster_helpers import run, wait_for
-from tests.gce_fake import PROJECT, Call, GceServer, InstanceView
-from tests.gce_hosts import GceHosts
+from tests.cluster_helpers import wait_for
+from tests.gce_fake import PROJECT, Call
+from tests.gcp_clusters import GcpCluster, running_gcp_cluster
 from tests.ssh_hosts import COUNT_NODES, isolation_unavailable, ray_start_commands
 
 pytestmark = pytest.mark.skipif(
@@ -69,34 +65,10 @@ setup_commands:
 """ + ray_start_commands(num_cpus=1)
 
 
-@dataclass
-class GcpCluster:
-    server: GceServer
-    hosts: GceHosts
-    path: Path
-    env: dict[str, str]
-
-    def run(self, *args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-        return run(*args, env=self.env, timeout=timeout)
-
-    def instances(self) -> list[InstanceView]:
-        return [i for i in self.server.instances() if i.labels.get("launcher-cluster") == "gcp-e2e"]
-
-    def of_type(self, node_type: str) -> list[InstanceView]:
-        return [i for i in self.instances() if i.labels.get("launcher-node-type") == node_type]
-
-
 @pytest.fixture(scope="module")
 def gcp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcpCluster]:
-    tmp = tmp_path_factory.mktemp("gcp")
-    with GceServer() as server, GceHosts(server) as hosts:
-        path = tmp / "cluster.yaml"
-        path.write_text(CONFIG)
-        env = {**os.environ, **server.env(), "LAUNCHER_HOME": str(tmp / "home")}
-        cluster = GcpCluster(server, hosts, path, env)
+    with running_gcp_cluster(tmp_path_factory.mktemp("gcp"), CONFIG) as cluster:
         yield cluster
-        cluster.run("down", "-y", "--purge", str(path))
-        hosts.check()
 
 
 def test_up_runs_ray_on_gce_instances(gcp: GcpCluster) -> None:

@@ -165,6 +165,10 @@ head_node_type: head
         self.provider.contexts()  # the subnets' zones: what bootstrap looks up
         self.listing()  # warm both clients (and the paginator's model, loaded once)
         self.provider.clients.ec2_launch.describe_instances(MaxResults=5)
+        # botocore builds a client's table of error shapes at its first error (~20 ms here).
+        # Ray's client is cached for the whole process, so its first repeat pays that once;
+        # ours is made per provider (one per autoscaler process): build it here likewise.
+        self.provider.clients.ec2_launch.meta.service_model.shape_for_error_code("x")
         self._zones = {}
 
     def launch(self, count: int) -> list[str]:
@@ -177,7 +181,9 @@ head_node_type: head
         return [n.id for n in self.provider.nodes() if n.kind is NodeKind.WORKER]
 
     def terminate(self, ids: Sequence[str]) -> None:
-        self.provider.terminate_nodes(ids)
+        # As the autoscaler removes workers: stopped with cache_stopped_nodes, else
+        # terminated (as Ray's terminate_nodes decides).
+        self.provider.stop_nodes(ids)
 
     def zone_of(self, node_id: str) -> str:
         return self._zones[node_id]

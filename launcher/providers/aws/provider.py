@@ -122,7 +122,7 @@ class AwsProvider(NodeProvider):
         # listing is asked about (was it reclaimed?). Reclaimed ones seen, until answered.
         self._watched: set[str] = set()
         self._reclaimed: dict[str, dict[str, Any]] = {}
-        self._live: set[str] = set()  # running at the last listing (can be stopped)
+        self._live: set[str] = set()  # pending or running at the last listing
         if on_head:
             self._gone.update(answered.load(answered.removed_path(self.cluster_name), time.time()))
         key = config.auth.ssh_private_key
@@ -203,7 +203,9 @@ class AwsProvider(NodeProvider):
                 i for key, i in self._reclaimed.items() if key not in listed_ids | set(missing)
             ]
             self._live = {
-                str(i["InstanceId"]) for i in listed if i.get("State", {}).get("Name") == "running"
+                str(i["InstanceId"])
+                for i in listed
+                if i.get("State", {}).get("Name") in LIVE_STATES
             }
             self._watched = {
                 str(i["InstanceId"])
@@ -509,8 +511,11 @@ class AwsProvider(NodeProvider):
             raise ProviderError(f"cannot terminate {', '.join(ids)}: {error_message(exc)}") from exc
         with self._lock:
             self._gone.update(ids)
-            if self.on_head:
-                answered.add(answered.removed_path(self.cluster_name), ids, time.time())
+            # Kept across restarts: a reclaimed worker answered is not PREEMPTED again when a
+            # restarted autoscaler's first listing finds it (others are never listed again).
+            reclaimed = [i for i in ids if i in self._reclaimed]
+            if self.on_head and reclaimed:
+                answered.add(answered.removed_path(self.cluster_name), reclaimed, time.time())
         if not stop:  # their host keys go with them (a stopped instance keeps its own)
             KnownHosts(known_hosts_path(self.cluster_name)).forget_nodes(set(ids))
 
@@ -522,23 +527,25 @@ class AwsProvider(NodeProvider):
         with self._lock:
             known = [i for i in batch if i in self._live]
         unknown = [i for i in batch if i not in known]
-        live = known + self._live_among(unknown) if unknown else known
+        live = known + self._live_among(unknown, LIVE_STATES) if unknown else known
         try:
             if live:
                 self.clients.ec2.stop_instances(InstanceIds=live)
         except boto_errors() as exc:
             if error_code(exc) != "IncorrectInstanceState":
                 raise
-            live = self._live_among(batch)  # the listing was out of date: ask
+            # The listing was out of date, or one is still pending (not stoppable on EC2):
+            # stop the running ones, terminate the rest.
+            live = self._live_among(batch, ("running",))
             if live:
                 self.clients.ec2.stop_instances(InstanceIds=live)
         gone = [i for i in batch if i not in live]
         if gone:
             self.clients.ec2.terminate_instances(InstanceIds=gone)
 
-    def _live_among(self, ids: list[str]) -> list[str]:
+    def _live_among(self, ids: list[str], states: Sequence[str]) -> list[str]:
         by_id = {"Name": "instance-id", "Values": ids}
-        return [str(i["InstanceId"]) for i in self._instances(("running",), by_id)]
+        return [str(i["InstanceId"]) for i in self._instances(states, by_id)]
 
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
         try:

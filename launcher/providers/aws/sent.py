@@ -21,7 +21,6 @@ Pure file handling here; the provider sends the requests.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -58,12 +57,11 @@ def journal_dir(cluster_name: str) -> Path:
 
 
 def _write(path: Path, data: Mapping[str, Any]) -> None:
-    """Replace `path` with `data`, whole (fsynced, renamed into place)."""
+    """Replace `path` with `data`, whole (renamed into place). Not fsynced: the journal
+    outlives this process being killed mid-call (what it is for) without it; a machine that
+    loses power loses the launcher's run with it."""
     partial = path.with_suffix(".partial")
-    with partial.open("w") as out:
-        out.write(json.dumps(data))
-        out.flush()
-        os.fsync(out.fileno())
+    partial.write_text(json.dumps(data))
     partial.replace(path)
 
 

@@ -45,6 +45,9 @@ def test_the_cluster_is_idle_only_when_nothing_of_ray_s_runs_or_waits_and_no_ses
     )
     assert busy_reasons(Demand(jobs=("01000000",)), 0) == ("1 Ray job(s) running",)
     assert busy_reasons(Demand(jobs=(JOBS_UNKNOWN,)), 0) == (JOBS_UNKNOWN,)
+    assert busy_reasons(Demand(actors=2), 0) == ("2 actor(s) alive",)  # even with no resources
+    assert busy_reasons(Demand(actors=-1), 0) == ("the actor table could not be read",)
+    assert busy_reasons(Demand(), 0, launching=1) == ("1 node(s) being launched or set up",)
     assert busy_reasons(Demand(constraints=({"CPU": 8.0},)), 2) == (
         "resources requested with request_resources",
         "2 exec/attach/submit session(s) open",

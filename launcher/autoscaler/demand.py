@@ -25,6 +25,7 @@ from launcher.autoscaler.planner import Gang, Resources
 
 _V1_REQUEST_KEY = b"autoscaler_resource_request"
 JOBS_UNKNOWN = "the job table could not be read"
+_INTERNAL_NAMESPACE = "_ray_internal"  # Ray's own drivers and actors (the dashboard's, ...)
 _STRATEGIES = ("STRICT_SPREAD", "STRICT_PACK", "SPREAD", "PACK")
 
 
@@ -47,6 +48,9 @@ class Demand:
     # Ray jobs whose driver runs (not Ray's internal ones); JOBS_UNKNOWN when the job table
     # could not be read (counted as a job: autostop fails closed).
     jobs: tuple[str, ...] = ()
+    # Actors alive (not Ray's internal ones; an actor holding no resources counts too); -1
+    # when the actor table could not be read (counted as busy: autostop fails closed).
+    actors: int = 0
     # Reclaim notices nodes reported themselves (notice_watch): (node id, reclaim time).
     notices: tuple[tuple[str, float], ...] = ()
 
@@ -114,7 +118,23 @@ class DemandReader:
             )
             for n in state.node_states
         )
-        return Demand(pending, gangs, tuple(constraints), nodes, self._jobs(), self._notices())
+        return Demand(
+            pending, gangs, tuple(constraints), nodes, self._jobs(), self._actors(), self._notices()
+        )
+
+    def _actors(self) -> int:
+        import asyncio
+
+        async def alive() -> Any:
+            return await self.client.async_get_all_actor_info(actor_state_name="ALIVE", timeout=5)
+
+        try:
+            actors = asyncio.run(alive())
+        except Exception:  # fail closed: an actor may be alive
+            return -1
+        return sum(
+            not str(a.ray_namespace).startswith(_INTERNAL_NAMESPACE) for a in actors.values()
+        )
 
     def _notices(self) -> tuple[tuple[str, float], ...]:
         namespace = NOTICE_NAMESPACE.encode()
@@ -139,7 +159,7 @@ class DemandReader:
         return tuple(
             job.job_id.hex()
             for job in jobs.values()
-            if not job.is_dead and not job.config.ray_namespace.startswith("_ray_internal")
+            if not job.is_dead and not job.config.ray_namespace.startswith(_INTERNAL_NAMESPACE)
         )
 
     def _v1_requests(self) -> list[Resources]:
@@ -170,6 +190,7 @@ def encode(demand: Demand) -> dict[str, Any]:
             for n in demand.nodes
         ],
         "jobs": list(demand.jobs),
+        "actors": demand.actors,
         "notices": [list(n) for n in demand.notices],
     }
 
@@ -184,6 +205,7 @@ def decode(data: Mapping[str, Any]) -> Demand:
             for i, ip, t, a, idle, alive in data["nodes"]
         ),
         tuple(str(j) for j in data.get("jobs", ())),
+        int(data.get("actors", 0)),
         tuple((str(ip), float(at)) for ip, at in data.get("notices", ())),
     )
 

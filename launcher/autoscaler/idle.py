@@ -2,7 +2,8 @@
 the daemon feeds it Ray's demand, the open sessions and its clock.
 
 Idle means: nothing of Ray's waits (tasks, actors, placement groups, `request_resources`),
-nothing holds resources on any node (a running task or actor), no Ray job's driver runs, no
+nothing holds resources on any node (a running task or actor), no actor is alive (one holding
+no resources, a detached one, counts too), no Ray job's driver runs, no
 `exec`, `attach` or `submit` session is open on the head, and no node is being launched or
 set up. A GCS that cannot be read is
 not idle (autostop fails closed: it never stops a cluster it cannot see).
@@ -33,6 +34,10 @@ def busy_reasons(demand: Demand | None, sessions: int, launching: int = 0) -> tu
     holding = [n for n in demand.nodes if n.alive and used_resources(n)]
     if holding:
         reasons.append(f"work running on {len(holding)} node(s)")
+    if demand.actors < 0:
+        reasons.append("the actor table could not be read")
+    elif demand.actors:
+        reasons.append(f"{demand.actors} actor(s) alive")
     if JOBS_UNKNOWN in demand.jobs:
         reasons.append(JOBS_UNKNOWN)
     elif demand.jobs:

@@ -64,6 +64,12 @@ def test_idle_time_counts_from_the_last_busy_tick_and_autostop_is_due_after_n_mi
     assert timer.update(("1 exec/attach/submit session(s) open",), 800.0) == 0.0
     assert timer.update((), 900.0) == 0.0  # busy again in between: counting starts over
     assert not due(None, 10**6)
+    paused = IdleTimer()
+    paused.update((), 0.0)
+    assert paused.update((), 100.0) == 100.0
+    assert paused.update(("Ray's state cannot be read",), 120.0) == 100.0  # paused, not reset
+    assert paused.update(("Ray's state cannot be read",), 150.0) == 100.0
+    assert paused.update((), 160.0) == 110.0  # counts on from where it was
     assert due(Autostop(idle_minutes=0), 0.0)
 
 

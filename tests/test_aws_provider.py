@@ -59,6 +59,10 @@ available_node_types:
       InstanceMarketOptions: {{MarketType: spot}}
     resources: {{CPU: 2}}
     max_workers: 10
+  od:
+    node_config: {{InstanceType: m5.large, ImageId: {ami}, SubnetIds: [{a}, {b}]}}
+    resources: {{CPU: 2}}
+    max_workers: 10
 head_node_type: head
 """
     return parse_config(text, "prov.yaml", Overrides())
@@ -228,7 +232,7 @@ def test_stopped_workers_are_reused_and_down_terminates_them(
     server: MotoServer, vpc: LoopbackVpc
 ) -> None:
     provider = ready(server, vpc)
-    spot = provider.config.node_types["spot"]
+    spot = provider.config.node_types["od"]  # on-demand: EC2 cannot stop spot
     worker = provider.create_nodes(spot, NodeKind.WORKER, 1, {"launcher-node-status": "x"})[0]
     provider.set_tags(worker.id, {TAG_SETUP_HASH: "applied"})  # its setup succeeded
     on_head = AwsProvider(provider.config, on_head=True)
@@ -385,16 +389,40 @@ def test_removing_listed_workers_with_cache_stopped_nodes_is_one_stop_call(
     server: MotoServer, vpc: LoopbackVpc
 ) -> None:
     provider = AwsProvider(ready(server, vpc, ", cache_stopped_nodes: true").config, on_head=True)
-    spot = provider.config.node_types["spot"]
-    made = provider.create_nodes(spot, NodeKind.WORKER, 3, {})
+    od, spot = provider.config.node_types["od"], provider.config.node_types["spot"]
+    made = provider.create_nodes(od, NodeKind.WORKER, 3, {})
     provider.nodes()
     before = len(server.calls())
     provider.stop_nodes([n.id for n in made])
     assert _actions(server, before) == ["StopInstances"]
     assert {n.id for n in provider.stopped_nodes()} == {n.id for n in made}
     # Out of date: one was terminated meanwhile; the stop is decided again from an answer.
-    again = provider.create_nodes(spot, NodeKind.WORKER, 2, {})
+    again = provider.create_nodes(od, NodeKind.WORKER, 2, {})
     provider.nodes()
     server.client("ec2").terminate_instances(InstanceIds=[again[0].id])
     provider.stop_nodes([n.id for n in again])
     assert {n.id for n in provider.stopped_nodes()} >= {again[1].id}
+    # A spot worker cannot be stopped on EC2 (a one-time request): it is terminated.
+    (reclaimable,) = provider.create_nodes(spot, NodeKind.WORKER, 1, {})
+    provider.nodes()
+    before = len(server.calls())
+    provider.stop_nodes([reclaimable.id])
+    assert _actions(server, before) == ["TerminateInstances"]
+    assert reclaimable.id not in {n.id for n in provider.stopped_nodes()}
+
+
+def test_a_launched_worker_that_ends_before_it_is_listed_is_not_a_node_for_ever(
+    server: MotoServer, vpc: LoopbackVpc
+) -> None:
+    """Known from RunInstances' answer until listed; terminated meanwhile (not a spot
+    reclaim: an instance that failed to boot, one killed in the console), it is asked about
+    by id once and dropped, instead of staying 'pending' for good."""
+    provider = AwsProvider(ready(server, vpc, ", cache_stopped_nodes: false").config, on_head=True)
+    provider.nodes()
+    od = provider.config.node_types["od"]
+    (made,) = provider.create_nodes(od, NodeKind.WORKER, 1, {})
+    server.client("ec2").terminate_instances(InstanceIds=[made.id])
+    assert made.id not in {n.id for n in provider.nodes()}
+    before = len(server.calls())
+    assert made.id not in {n.id for n in provider.nodes()}
+    assert _actions(server, before) == ["DescribeInstances"]  # not asked about again

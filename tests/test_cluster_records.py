@@ -175,3 +175,14 @@ def test_a_cluster_deleted_outside_the_launcher_shows_as_gone_after_a_refresh(
     assert record is not None and record.state == ClusterState.GONE
     (run_,) = record.nodes["h-1"].runs
     assert not run_.open and not run_.exact  # nobody saw it go: counted until last seen
+
+
+def test_a_node_stopped_and_started_while_nobody_looked_is_not_billed_in_between() -> None:
+    record = observe(_record(), [_seen("i-1", T0)], T0 + H)  # seen running, then laptop closed
+    record = observe(record, [_seen("i-1", T0 + 60 * H)], T0 + 61 * H)  # started again later
+    assert [(r.start, r.end, r.exact) for r in record.nodes["i-1"].runs] == [
+        (T0, T0 + H, False),
+        (T0 + 60 * H, T0 + 61 * H, True),
+    ]
+    (row,) = usage(record, 0, T0 + 100 * H)
+    assert row.hours == pytest.approx(2.0) and row.at_least

@@ -65,6 +65,7 @@ SETUP_FAILURES_GIVE_UP = 8  # a type failing setup this often in a row is not re
 # A noticed worker (its Ray perhaps stopped to move its work) is left to the provider's
 # reclaim, not replaced as broken, until this long after the time it was to be taken.
 RECLAIM_GRACE_S = 120.0
+AUTOSTOP_RETRY_S = 60.0  # after an autostop that failed (a provider error)
 
 
 @dataclass(frozen=True)
@@ -196,11 +197,13 @@ class Daemon:
         self.preempted: set[str] = set()
         self.noticed: set[str] = set()  # given notice of a reclaim (until it is gone)
         self.evacuated: set[str] = set()  # noticed nodes whose Ray was stopped to move work
+        self.reported: dict[str, float] = {}  # node id -> reclaim time, reported by the node
         self.last_resync = 0.0
         self.idle = IdleTimer()
         self.gcs_read = False  # whether this tick's demand was read from Ray
         self.autostop: Autostop | None = config.autostop
         self.idle_s = 0.0
+        self.autostop_retry_at = 0.0
 
     def run(self) -> None:
         log(f"{STARTED_LINE} {self.config.cluster_name} started")
@@ -250,19 +253,28 @@ class Daemon:
             demand if self.gcs_read else None, open_sessions(SESSIONS_DIR), launching
         )
         self.idle_s = self.idle.update(reasons, self.clock())
-        if self.autostop is None or not due(self.autostop, self.idle_s):
+        if self.autostop is None or reasons or not due(self.autostop, self.idle_s):
+            return
+        if self.clock() < self.autostop_retry_at:
             return
         try:
             done = autostop_cluster(self.provider, self.config, self.autostop, self.idle_s, log)
         except LauncherError as exc:
-            log(f"error: autostop failed: {exc}")
+            self.autostop_retry_at = self.clock() + AUTOSTOP_RETRY_S
+            log(f"error: autostop failed: {exc}; trying again in {AUTOSTOP_RETRY_S:g} s")
             return
         log(done)
         self.stopping.set()  # the cluster is stopped (or gone): nothing left to scale
 
     def _choose(self, listed: list[Node], busy: set[str], demand: Demand, resync: bool) -> _Choice:
         """What this tick would do, given the listing: decided, not done."""
-        nodes = with_notices(listed + self.executor.unlisted(listed), demand.notices)
+        # Notices nodes reported (kept while the node is listed: a tick without Ray's
+        # state must not take them back).
+        nodes = listed + self.executor.unlisted(listed)
+        ids = {n.id for n in nodes}
+        merged = {**self.reported, **dict(demand.notices)}
+        self.reported = {i: at for i, at in merged.items() if i in ids}
+        nodes = with_notices(nodes, self.reported.items())
         head = head_of(nodes)
         preempted = [n for n in nodes if n.state is NodeState.PREEMPTED]
         noticed = [n for n in nodes if _noticed(n)]

@@ -17,12 +17,14 @@ from launcher.autoscaler.demand import JOBS_UNKNOWN, Demand
 from launcher.autoscaler.evacuate import used_resources
 from launcher.config.model import Autostop
 
+UNREADABLE = "Ray's state cannot be read"
+
 
 def busy_reasons(demand: Demand | None, sessions: int, launching: int = 0) -> tuple[str, ...]:
     """Why the cluster is not idle now (empty: it is). `launching`: nodes the autoscaler is
     launching or setting up (a cluster coming up is not idle)."""
     if demand is None:
-        return ("Ray's state cannot be read",)
+        return (UNREADABLE,)
     reasons = []
     waiting = sum(count for _, count in demand.pending)
     if waiting:
@@ -55,10 +57,18 @@ class IdleTimer:
 
     idle_since: float | None = None
     busy: tuple[str, ...] = ()
+    last: float = 0.0  # the time of the last update
 
     def update(self, reasons: tuple[str, ...], now: float) -> float:
-        """Idle seconds so far (0 while busy)."""
+        """Idle seconds so far (0 while busy). While Ray's state cannot be read, the count
+        pauses: neither reset (one failed read) nor counted as idle."""
         self.busy = reasons
+        if reasons == (UNREADABLE,):
+            if self.idle_since is not None:
+                self.idle_since += now - self.last
+            self.last = now
+            return 0.0 if self.idle_since is None else now - self.idle_since
+        self.last = now
         if reasons:
             self.idle_since = None
             return 0.0

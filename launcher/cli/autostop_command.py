@@ -6,7 +6,7 @@ import click
 
 from launcher.cli.app import Settings, cli
 from launcher.cli.cluster_commands import _config, config_argument, name_option
-from launcher.cluster.autostop_setting import parse_idle_minutes, set_autostop
+from launcher.cluster.autostop_setting import parse_idle_minutes, set_autostop, what_happens
 from launcher.config.model import Autostop
 from launcher.errors import UsageError
 
@@ -47,6 +47,6 @@ def autostop(
         settings.output.line(f"Autostop cancelled for cluster {config.cluster_name}.")
     else:
         settings.output.line(
-            f"Autostop set for cluster {config.cluster_name}: {setting.describe()}; "
+            f"Autostop set for cluster {config.cluster_name}: {what_happens(config, setting)}; "
             "the head acts on it by itself."
         )

@@ -13,7 +13,12 @@ import click
 from launcher.cli.app import Settings, cli
 from launcher.cli.progress import ProgressView
 from launcher.cluster import lifecycle, ops
-from launcher.cluster.autostop_setting import parse_idle_minutes, set_autostop
+from launcher.cluster.autostop_setting import (
+    apply_config_autostop,
+    parse_idle_minutes,
+    set_autostop,
+    what_happens,
+)
 from launcher.config.loader import Overrides, load_config
 from launcher.config.model import Autostop, ClusterConfig
 from launcher.errors import UsageError
@@ -226,7 +231,15 @@ def up(
     )
     if autostop is not None:
         set_autostop(result.config, autostop)
-        settings.output.line(f"Autostop: {autostop.describe()}, acted on by the head.")
+        settings.output.line(
+            f"Autostop: {what_happens(result.config, autostop)}, acted on by the head."
+        )
+    elif result.config.autostop is not None:
+        apply_config_autostop(result.config)
+        settings.output.line(
+            f"Autostop: {result.config.autostop.describe()} (metadata.launcher.autostop), "
+            "acted on by the head."
+        )
 
 
 @cli.command()

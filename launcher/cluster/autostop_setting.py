@@ -52,3 +52,36 @@ def set_autostop(
         lambda r: None if r is None else dataclasses.replace(r, autostop=recorded),
     )
     return session
+
+
+def apply_config_autostop(config: ClusterConfig) -> None:
+    """`up` without -i: a config that sets `metadata.launcher.autostop` is in force again
+    (what `launcher autostop` set on the head, or cancelled, is dropped); a config without
+    one leaves the head's setting as it is (an autostop is not dropped by accident)."""
+    if config.autostop is None:
+        return
+    session = connect(config)
+    result = session.daemon_runner.run(f"rm -f {AUTOSTOP_FILE}", session.env)
+    if not result.ok:
+        raise LauncherError(
+            f"could not apply the config's autostop on the head of {config.cluster_name}: "
+            f"{result.output_tail.strip() or 'exit code ' + str(result.exit_code)}"
+        )
+    recorded = dataclasses.asdict(config.autostop)
+    update_record(
+        config.cluster_name,
+        lambda r: None if r is None else dataclasses.replace(r, autostop=recorded),
+    )
+
+
+def what_happens(config: ClusterConfig, setting: Autostop) -> str:
+    """The setting as the user should read it on this provider: `stop` terminates where
+    stopped nodes cannot be kept."""
+    from launcher.providers.factory import make_provider
+
+    if setting.down or make_provider(config).keeps_stopped_nodes:
+        return setting.describe()
+    return (
+        f"{setting.describe()}; this provider cannot keep stopped nodes, so the cluster is "
+        "terminated then (as with --down)"
+    )

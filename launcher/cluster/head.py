@@ -85,18 +85,23 @@ def read_head_file(session: HeadSession, path: str) -> str | None:
     return result.output_tail if result.ok else None
 
 
+# The autoscaler runs: its pid file names a process that is the autoscaler (after the head
+# was stopped and started, the file's pid may be another process's).
+DAEMON_ALIVE = (
+    f"test -f {PID_FILE} && grep -qa launcher.autoscaler /proc/$(cat {PID_FILE})/cmdline "
+    "2>/dev/null"
+)
+
+
 def daemon_running(session: HeadSession) -> bool:
-    check = f"test -f {PID_FILE} && kill -0 $(cat {PID_FILE}) 2>/dev/null"
+    check = DAEMON_ALIVE
     return session.daemon_runner.run(check, session.env).ok
 
 
 def running_daemon_digest(session: HeadSession) -> str | None:
     """The spec digest of the autoscaler running on the head ("" when not recorded), or
     None when none runs. One command."""
-    check = (
-        f"test -f {PID_FILE} && kill -0 $(cat {PID_FILE}) 2>/dev/null || exit 3; "
-        f"cat {DIGEST_FILE} 2>/dev/null; true"
-    )
+    check = f"{DAEMON_ALIVE} || exit 3; cat {DIGEST_FILE} 2>/dev/null; true"
     result = session.daemon_runner.run(check, session.env)
     if not result.ok:
         return None
@@ -165,7 +170,7 @@ def stop_daemon(session: HeadSession) -> DaemonStop:
     """Stop the autoscaler and wait for it to exit (killing it after `stop_wait_s()`)."""
     tenths = max(1, round(stop_wait_s() * 10))
     stop = (
-        f"test -f {PID_FILE} || exit 3; pid=$(cat {PID_FILE}); kill $pid 2>/dev/null || exit 3; "
+        f"{DAEMON_ALIVE} || exit 3; pid=$(cat {PID_FILE}); kill $pid 2>/dev/null || exit 3; "
         f"for i in $(seq {tenths}); do kill -0 $pid 2>/dev/null || exit 0; "
         "sleep 0.1; done; kill -9 $pid 2>/dev/null; exit 4"
     )

@@ -4,6 +4,7 @@ listing means for the record, with each node's price from the provider's offer."
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Sequence
 
@@ -60,7 +61,7 @@ def new_record(config: ClusterConfig, config_text: str, now: float) -> ClusterRe
         name=config.cluster_name,
         provider=config.provider.type,
         region=region_of(config),
-        config_path=config.source or "",
+        config_path=os.path.abspath(config.source) if config.source else "",
         config_text=config_text,
         state=ClusterState.UP,
         state_since=now,

@@ -104,6 +104,10 @@ def observe(
     for node in seen:
         old = nodes.get(node.id)
         runs = list(old.runs) if old else []
+        if runs and runs[-1].open and node.launched_at > runs[-1].end + MERGE_SLACK_S:
+            # Started again since it was last seen (stopped and started while nobody
+            # looked): that run ended some time after it was last seen.
+            runs[-1] = dataclasses.replace(runs[-1], open=False, exact=False)
         if runs and runs[-1].open:
             runs[-1] = dataclasses.replace(runs[-1], end=max(runs[-1].end, now))
         else:

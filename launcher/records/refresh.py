@@ -29,8 +29,11 @@ def refresh(record: ClusterRecord) -> Refreshed:
     if not record.config_text:
         return Refreshed(record, "its config was not recorded; run `launcher status` on it")
     try:
-        config = parse_config(
-            record.config_text, record.config_path, Overrides(cluster_name=record.name)
+        config = parse_config(  # only to list its nodes: its local files are not needed
+            record.config_text,
+            record.config_path,
+            Overrides(cluster_name=record.name),
+            local_files=False,
         )
         provider = make_provider(config)
         nodes = provider.nodes()

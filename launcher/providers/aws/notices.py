@@ -23,9 +23,12 @@ def watcher_command(node_id: str, gcs_port: int) -> str:
         'for PY in "$(sed -n \'1s/^#!//p\' "$(command -v ray)" 2>/dev/null)" python3 python; '
         f'do "$PY" -c "import ray" 2>/dev/null && exec "$PY" {run}; done'
     )
-    # One watcher per node: an earlier one (Ray started again) is stopped first. The [l]
-    # keeps pkill from matching its own command line.
+    # One watcher per node: an earlier one (Ray started again) is stopped first, found by
+    # its pid file (and checked to be a watcher: a pid may have been reused since).
+    pid_file = "~/.launcher-notice-watch.pid"
     return (
-        f"pkill -f '[{LABEL[0]}]{LABEL[1:]}' 2>/dev/null; "
-        f"nohup sh -c {shlex.quote(inner)} > ~/.launcher-notice-watch.log 2>&1 < /dev/null &"
+        f"old=$(cat {pid_file} 2>/dev/null) && grep -qa {LABEL} /proc/$old/cmdline 2>/dev/null "
+        "&& kill $old; "
+        f"nohup sh -c {shlex.quote(inner)} > ~/.launcher-notice-watch.log 2>&1 < /dev/null & "
+        f"echo $! > {pid_file}"
     )

@@ -67,6 +67,7 @@ from launcher.providers.aws.launch import (
 from launcher.providers.aws.notices import watcher_command
 from launcher.providers.aws.spec import AwsProviderConfig
 from launcher.providers.base import (
+    TAG_AUTOSTOPPED,
     TAG_CLUSTER,
     TAG_KIND,
     TAG_LAUNCH_ID,
@@ -89,6 +90,7 @@ TERMINATE_WAIT_S = 600.0  # `down --purge` waits this long for instances to be g
 LISTED_WAIT_S = 60.0  # `settle` waits this long at most for new instances to be listed
 LISTED_POLL_S = 0.5
 ALL_STATES = ("pending", "running", "stopping", "stopped", "shutting-down", "terminated")
+FINAL_STATES = ("stopped", "terminated")
 # Refusals of a launch sent again (see `sent`) that say nothing about what the first one made.
 UNSETTLED_CODES = frozenset(
     {"UnauthorizedOperation", "AuthFailure", "RequestExpired", "Blocked", "OptInRequired"}
@@ -122,7 +124,7 @@ class AwsProvider(NodeProvider):
         # listing is asked about (was it reclaimed?). Reclaimed ones seen, until answered.
         self._watched: set[str] = set()
         self._reclaimed: dict[str, dict[str, Any]] = {}
-        self._live: set[str] = set()  # pending or running at the last listing
+        self._live: dict[str, bool] = {}  # pending or running at the last listing: stoppable?
         if on_head:
             self._gone.update(answered.load(answered.removed_path(self.cluster_name), time.time()))
         key = config.auth.ssh_private_key
@@ -188,31 +190,44 @@ class AwsProvider(NodeProvider):
         launches = sent.pending(self.cluster_name) if not self.on_head else []
         with self._lock:
             first, self._listed_once = not self._listed_once, True
-            watched = set(self._watched) - self._gone
+            # Asked about by id when missing: workers seen live, and instances launched here
+            # and not listed yet (EC2's lag, or gone before ever being listed live).
+            asked = (set(self._watched) | set(self._unlisted)) - self._gone
         listed = list(self._instances(ALL_STATES if first else LIVE_STATES))
         listed_ids = {str(i["InstanceId"]) for i in listed}
-        missing = sorted(watched - listed_ids)
+        missing = sorted(asked - listed_ids)
+        answered_ids: set[str] = set()
         if missing:
             by_id = {"Name": "instance-id", "Values": missing}
-            listed += [i for i in self._instances(ALL_STATES, by_id) if was_reclaimed(i)]
+            for instance in self._instances(ALL_STATES, by_id):
+                state = instance.get("State", {}).get("Name")
+                if state in LIVE_STATES or was_reclaimed(instance):
+                    listed.append(instance)
+                elif state in FINAL_STATES:  # ended otherwise: not a node, not asked again
+                    answered_ids.add(str(instance["InstanceId"]))
         with self._lock:
             for instance in listed:
                 if was_reclaimed(instance):
                     self._reclaimed[str(instance["InstanceId"])] = instance
-            listed += [
-                i for key, i in self._reclaimed.items() if key not in listed_ids | set(missing)
-            ]
-            self._live = {
-                str(i["InstanceId"])
+            shown = {str(i["InstanceId"]) for i in listed}
+            listed += [i for key, i in self._reclaimed.items() if key not in shown]
+            for instance_id in answered_ids:
+                self._unlisted.pop(instance_id, None)
+            self._live = {  # id -> stoppable (not spot)
+                str(i["InstanceId"]): i.get("InstanceLifecycle") != "spot"
                 for i in listed
                 if i.get("State", {}).get("Name") in LIVE_STATES
             }
-            self._watched = {
+            live_workers = {
                 str(i["InstanceId"])
                 for i in listed
                 if i.get("State", {}).get("Name") in LIVE_STATES
                 and tags_of(i).get(TAG_KIND) == NodeKind.WORKER.value
             }
+            # Still watched: what is live, and what was missing without a final answer yet
+            # (not listed at all, or shutting down without a reason given yet).
+            unsettled = set(missing) - answered_ids - set(self._reclaimed)
+            self._watched = live_workers | (unsettled & self._watched)
             listed_ids = {str(i["InstanceId"]) for i in listed}
             for launch in launches:
                 if launch.instances is None:
@@ -414,6 +429,7 @@ class AwsProvider(NodeProvider):
             for i in self._instances(
                 ("stopped",),
                 {"Name": f"tag:{TAG_TYPE}", "Values": [node_type.name]},
+                {"Name": f"tag:{TAG_KIND}", "Values": [tags[TAG_KIND]]},  # a head as a head
                 {"Name": f"tag:{TAG_LAUNCH_CONFIG}", "Values": [tags[TAG_LAUNCH_CONFIG]]},
             )
             if i.get("Placement", {}).get("AvailabilityZone") not in avoid_zones
@@ -421,6 +437,8 @@ class AwsProvider(NodeProvider):
         if not stopped:
             return []
         ids = [i["InstanceId"] for i in stopped]
+        if any(TAG_AUTOSTOPPED in tags_of(i) for i in stopped):
+            tags = {**tags, TAG_AUTOSTOPPED: ""}  # running again: no longer autostopped
         try:
             retry_throttled(lambda: self.clients.ec2_launch.start_instances(InstanceIds=ids))
             self._tag(ids, tags)
@@ -438,6 +456,9 @@ class AwsProvider(NodeProvider):
             node = to_node(merged, self.private, ())
             if node is not None:
                 nodes.append(node)
+        with self._lock:  # theirs again: listed and watched as any launched node
+            self._gone.difference_update(ids)
+            self._watched.update(n.id for n in nodes if n.kind is NodeKind.WORKER)
         return nodes
 
     def _with_ips(self, nodes: list[Node]) -> list[Node]:
@@ -520,14 +541,17 @@ class AwsProvider(NodeProvider):
             KnownHosts(known_hosts_path(self.cluster_name)).forget_nodes(set(ids))
 
     def _stop_or_terminate(self, batch: list[str]) -> None:
-        """Stop the live instances of `batch` (kept for reuse), terminate the others (a
-        pending or stopped instance cannot be stopped). Which are live is known from the
+        """Stop the live on-demand instances of `batch` (kept for reuse), terminate the
+        others (EC2 cannot stop a one-time spot instance, nor a stopped one). Which are live
+        is known from the
         last listing; only instances it did not show are asked about, and a stop refused
         because a state changed since is decided again from a fresh answer."""
         with self._lock:
-            known = [i for i in batch if i in self._live]
+            known = {i: self._live[i] for i in batch if i in self._live}
         unknown = [i for i in batch if i not in known]
-        live = known + self._live_among(unknown, LIVE_STATES) if unknown else known
+        live = [i for i, stoppable in known.items() if stoppable]
+        if unknown:
+            live += self._live_among(unknown, LIVE_STATES)
         try:
             if live:
                 self.clients.ec2.stop_instances(InstanceIds=live)
@@ -544,8 +568,13 @@ class AwsProvider(NodeProvider):
             self.clients.ec2.terminate_instances(InstanceIds=gone)
 
     def _live_among(self, ids: list[str], states: Sequence[str]) -> list[str]:
+        """Which of `ids` are in `states` and can be stopped (not spot)."""
         by_id = {"Name": "instance-id", "Values": ids}
-        return [str(i["InstanceId"]) for i in self._instances(states, by_id)]
+        return [
+            str(i["InstanceId"])
+            for i in self._instances(states, by_id)
+            if i.get("InstanceLifecycle") != "spot"
+        ]
 
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
         try:

@@ -476,6 +476,7 @@ class GcpProvider(NodeProvider):
             i
             for i in self._instances(
                 f'labels.{TAG_TYPE} = "{encode_value(node_type.name)}"',
+                f'labels.{TAG_KIND} = "{encode_value(tags[TAG_KIND])}"',  # a head as a head
                 'status = "TERMINATED"',
             )
             if STOPPED_LABEL in (i.get("labels") or {}) and zone_of(i) not in avoid

@@ -24,7 +24,7 @@ from launcher.records.ledger import (
     usage,
 )
 from launcher.records.report import cost_rows, list_row
-from launcher.records.store import read_record
+from launcher.records.store import read_record, record_path
 from tests.conftest import CliResult
 
 T0 = 1_700_000_000.0
@@ -186,3 +186,18 @@ def test_a_node_stopped_and_started_while_nobody_looked_is_not_billed_in_between
     ]
     (row,) = usage(record, 0, T0 + 100 * H)
     assert row.hours == pytest.approx(2.0) and row.at_least
+
+
+def test_a_record_this_version_cannot_read_is_kept_aside_not_overwritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "lh"))
+    path = record_path("rec")
+    path.parent.mkdir(parents=True)
+    path.write_text('{"name": "rec", "nodes": {"i-1": {"future_field": 1}}}')
+    config = parse_config(AWS, str(tmp_path / "rec.yaml"))
+    head = Node("i-h", NodeKind.HEAD, "head", "10.0.0.1", NodeState.RUNNING, created_at=T0)
+    note_listing(config, [head], config_text=AWS, now=T0 + 60)
+    (aside,) = path.parent.glob("rec.json.unreadable-*")
+    assert "future_field" in aside.read_text()
+    assert read_record("rec") is not None

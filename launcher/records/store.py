@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -79,7 +80,12 @@ def update_record(
     `change` gets None for a cluster not recorded yet, and returns None to leave it be."""
     path = record_path(name)
     with _locked(path):
-        changed = change(_read(path))
+        current = _read(path)
+        if current is None and path.exists():
+            # Not readable as a record (written by another version?): kept aside, not
+            # overwritten, so no history is lost.
+            path.replace(path.with_name(f"{path.name}.unreadable-{int(time.time())}"))
+        changed = change(current)
         if changed is not None:
             temporary = path.with_suffix(f".{os.getpid()}.tmp")
             temporary.write_text(json.dumps(to_json(changed)))  # one line: read back by `cat`

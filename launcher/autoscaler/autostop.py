@@ -25,9 +25,8 @@ from launcher.config.model import Autostop, ClusterConfig
 from launcher.errors import LauncherError
 from launcher.paths import cluster_dir
 from launcher.providers.base import TAG_AUTOSTOPPED, Node, NodeKind, NodeProvider, head_of
-from launcher.records.keeping import note_listing
-from launcher.records.ledger import ClusterState, all_gone
-from launcher.records.store import update_record
+from launcher.records.keeping import note_gone, note_listing
+from launcher.records.ledger import ClusterState
 
 GONE_WAIT_S = 300.0
 POLL_S = 2.0
@@ -57,7 +56,7 @@ def autostop_cluster(
         )
         log(f"autostop: {idle}, tearing the cluster down ({how} requested)")
         _terminate(provider, workers, log, sleep)
-        _record(config, ClusterState.GONE, why)
+        note_gone(config, why)
         if head is not None:
             log(f"autostop: terminating the head {head.id}")
             provider.terminate_nodes([head.id])
@@ -69,7 +68,7 @@ def autostop_cluster(
     if workers:
         provider.stop_nodes([n.id for n in workers])
         _wait_gone(provider, workers, sleep)
-    _record(config, ClusterState.AUTOSTOPPED, why)
+    note_gone(config, why, state=ClusterState.AUTOSTOPPED)
     if head is not None:
         provider.set_tags(head.id, {TAG_AUTOSTOPPED: str(int(time.time()))})
         log(f"autostop: stopping the head {head.id}")
@@ -103,13 +102,6 @@ def _wait_gone(provider: NodeProvider, nodes: list[Node], sleep: Callable[[float
                 "being removed; the cluster was not stopped"
             )
         sleep(POLL_S)
-
-
-def _record(config: ClusterConfig, state: str, note: str) -> None:
-    now = time.time()
-    update_record(
-        config.cluster_name, lambda r: None if r is None else all_gone(r, now, state, note)
-    )
 
 
 def read_autostop(path: str, configured: Autostop | None) -> Autostop | None:

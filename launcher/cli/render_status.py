@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from launcher.cluster.ops import AutoscalerState, ClusterStatus
+from launcher.config.model import Autostop
 from launcher.providers.base import NodeState
 
 
@@ -86,8 +87,8 @@ def autostop_line(raw: object) -> str:
     """`Autostop: stop after 10 min idle; idle 3.2 min so far` (or what keeps it busy)."""
     if not isinstance(raw, dict):
         return "Autostop: off (`launcher autostop CLUSTER.yaml -i N` sets it)"
-    what = "down" if raw.get("down") else "stop"
-    line = f"Autostop: {what} after {float(raw.get('idle_minutes', 0)):g} min idle; "
+    setting = Autostop(float(raw.get("idle_minutes", 0)), bool(raw.get("down")))
+    line = f"Autostop: {setting.describe()}; "
     busy = raw.get("busy") or []
     if busy:
         return line + "not idle: " + escape(", ".join(str(b) for b in busy))

@@ -9,7 +9,7 @@ import math
 import shlex
 
 from launcher.autoscaler.spec import AUTOSTOP_FILE, HEAD_DIR
-from launcher.cluster.head import HeadSession, connect
+from launcher.cluster.head import connect
 from launcher.config.model import Autostop, ClusterConfig
 from launcher.errors import LauncherError, UsageError
 from launcher.records.store import update_record
@@ -28,46 +28,37 @@ def parse_idle_minutes(value: str) -> float:
     return minutes
 
 
-def set_autostop(
-    config: ClusterConfig, setting: Autostop | None, session: HeadSession | None = None
-) -> HeadSession:
+def set_autostop(config: ClusterConfig, setting: Autostop | None) -> None:
     """Write the autostop setting (None: cancel it) where the head's autoscaler reads it
     every tick, and into this machine's record of the cluster."""
-    session = session or connect(config)
     body = json.dumps(
         {"cancelled": True}
         if setting is None
         else {"idle_minutes": setting.idle_minutes, "down": setting.down}
     )
     command = f"mkdir -p {HEAD_DIR} && printf %s {shlex.quote(body)} > {AUTOSTOP_FILE}"
-    result = session.daemon_runner.run(command, session.env)
-    if not result.ok:
-        raise LauncherError(
-            f"could not set autostop on the head of {config.cluster_name}: "
-            f"{result.output_tail.strip() or 'exit code ' + str(result.exit_code)}"
-        )
-    recorded = None if setting is None else dataclasses.asdict(setting)
-    update_record(
-        config.cluster_name,
-        lambda r: None if r is None else dataclasses.replace(r, autostop=recorded),
-    )
-    return session
+    _in_force(config, command, "set autostop", setting)
 
 
 def apply_config_autostop(config: ClusterConfig) -> None:
     """`up` without -i: a config that sets `metadata.launcher.autostop` is in force again
     (what `launcher autostop` set on the head, or cancelled, is dropped); a config without
     one leaves the head's setting as it is (an autostop is not dropped by accident)."""
-    if config.autostop is None:
-        return
+    if config.autostop is not None:
+        _in_force(config, f"rm -f {AUTOSTOP_FILE}", "apply the config's autostop", config.autostop)
+
+
+def _in_force(config: ClusterConfig, command: str, what: str, setting: Autostop | None) -> None:
+    """Run `command` where the head's autoscaler keeps its files (it then reads `setting`),
+    and record `setting` in this machine's record of the cluster."""
     session = connect(config)
-    result = session.daemon_runner.run(f"rm -f {AUTOSTOP_FILE}", session.env)
+    result = session.daemon_runner.run(command, session.env)
     if not result.ok:
         raise LauncherError(
-            f"could not apply the config's autostop on the head of {config.cluster_name}: "
+            f"could not {what} on the head of {config.cluster_name}: "
             f"{result.output_tail.strip() or 'exit code ' + str(result.exit_code)}"
         )
-    recorded = dataclasses.asdict(config.autostop)
+    recorded = None if setting is None else dataclasses.asdict(setting)
     update_record(
         config.cluster_name,
         lambda r: None if r is None else dataclasses.replace(r, autostop=recorded),

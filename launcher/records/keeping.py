@@ -115,12 +115,15 @@ def note_listing(
     return update_record(config.cluster_name, change)
 
 
-def note_gone(config: ClusterConfig, note: str, now: float | None = None) -> ClusterRecord | None:
-    """Every node of the cluster seen gone (`down` took them)."""
+def note_gone(
+    config: ClusterConfig, note: str, now: float | None = None, state: str = ClusterState.GONE
+) -> ClusterRecord | None:
+    """Every node of the cluster seen gone (`down` took them; or its autostop stopped them,
+    `state` AUTOSTOPPED), and the cluster in `state`."""
     now = time.time() if now is None else now
     return update_record(
         config.cluster_name,
-        lambda r: None if r is None else all_gone(r, now, ClusterState.GONE, note),
+        lambda r: None if r is None else all_gone(r, now, state, note),
     )
 
 

@@ -411,6 +411,28 @@ def test_removing_listed_workers_with_cache_stopped_nodes_is_one_stop_call(
     assert reclaimable.id not in {n.id for n in provider.stopped_nodes()}
 
 
+def test_a_worker_not_listed_yet_is_stopped_not_terminated_with_cache_stopped_nodes(
+    server: MotoServer, vpc: LoopbackVpc
+) -> None:
+    """A worker whose setup failed before EC2 listed it (EC2's lag) is an on-demand
+    instance by RunInstances' answer: with cache_stopped_nodes it is stopped and kept for
+    reuse, as a listed one is. It was terminated, so every replacement started afresh (a
+    setup that fails only on a fresh machine never got past it; seen in CI)."""
+    provider = AwsProvider(ready(server, vpc, ", cache_stopped_nodes: true").config, on_head=True)
+    provider.nodes()
+    od, spot = provider.config.node_types["od"], provider.config.node_types["spot"]
+    server.describe_lag = 30.0
+    try:
+        (made,) = provider.create_nodes(od, NodeKind.WORKER, 1, {})
+        (reclaimable,) = provider.create_nodes(spot, NodeKind.WORKER, 1, {})
+        before = len(server.calls())
+        provider.stop_nodes([made.id, reclaimable.id])
+        assert _actions(server, before) == ["StopInstances", "TerminateInstances"]
+    finally:
+        server.describe_lag = 0.0
+    assert {n.id for n in provider.stopped_nodes()} == {made.id}
+
+
 def test_a_launched_worker_that_ends_before_it_is_listed_is_not_a_node_for_ever(
     server: MotoServer, vpc: LoopbackVpc
 ) -> None:

@@ -543,11 +543,14 @@ class AwsProvider(NodeProvider):
     def _stop_or_terminate(self, batch: list[str]) -> None:
         """Stop the live on-demand instances of `batch` (kept for reuse), terminate the
         others (EC2 cannot stop a one-time spot instance, nor a stopped one). Which are live
-        is known from the
-        last listing; only instances it did not show are asked about, and a stop refused
-        because a state changed since is decided again from a fresh answer."""
+        is known from the last listing, or for an instance launched here and not listed yet
+        (EC2's lag) from RunInstances' answer; only the others are asked about, and a stop
+        refused because a state changed since is decided again from a fresh answer."""
         with self._lock:
             known = {i: self._live[i] for i in batch if i in self._live}
+            for i in batch:
+                if i not in known and i in self._unlisted:
+                    known[i] = self._unlisted[i].get("InstanceLifecycle") != "spot"
         unknown = [i for i in batch if i not in known]
         live = [i for i, stoppable in known.items() if stoppable]
         if unknown:

@@ -115,9 +115,10 @@ class LocalhostProvider(NodeProvider):
                 node_id = f"{kind.value[0]}-{uuid.uuid4().hex[:8]}"
                 home = self.nodes_dir / node_id / "home"
                 home.mkdir(parents=True)
-                ports: dict[str, int] = {"agent": _free_port()}
-                if kind is NodeKind.HEAD:
-                    ports.update(ray=_free_port(), client=_free_port(), dashboard=_free_port())
+                names = (
+                    ["agent", "ray", "client", "dashboard"] if kind is NodeKind.HEAD else ["agent"]
+                )
+                ports = _free_ports(names)
                 data: dict[str, Any] = {
                     "id": node_id,
                     "kind": kind.value,
@@ -380,12 +381,17 @@ def _listening_ips() -> set[str]:
     return found
 
 
-def _used_ips() -> set[str]:
-    used = _listening_ips()
+def _node_records() -> Iterator[dict[str, Any]]:
+    """The records of every localhost node of every cluster here."""
     for record in (launcher_home() / "clusters").glob("*/localhost/nodes/*/node.json"):
         data = _read_json(record)
-        if data and data.get("ip"):
-            used.add(str(data["ip"]))
+        if data:
+            yield data
+
+
+def _used_ips() -> set[str]:
+    used = _listening_ips()
+    used.update(str(data["ip"]) for data in _node_records() if data.get("ip"))
     return used
 
 
@@ -413,8 +419,39 @@ def _free_ip() -> str:
     )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("", 0))
-        port: int = probe.getsockname()[1]
-        return port
+# `ray start`'s default --min-worker-port/--max-worker-port: Ray refuses to start a node
+# whose other ports fall in that range (on a machine whose ephemeral ports include it).
+RAY_WORKER_PORTS = (10002, 19999)
+
+
+def _used_ports() -> set[int]:
+    """The ports given to the nodes of every localhost cluster here, listening or not (a
+    node whose Ray is not running yet, or is being restarted, still owns its ports)."""
+    used: set[int] = set()
+    for data in _node_records():
+        ports = data.get("ports")
+        if isinstance(ports, dict):
+            used.update(p for p in ports.values() if isinstance(p, int))
+    return used
+
+
+def _free_ports(names: list[str]) -> dict[str, int]:
+    """A distinct free port for each of `names`, none given to another node here (called
+    under the machine lock) and none in Ray's worker port range. Every probe socket stays
+    bound until all are chosen, so the kernel cannot hand the same port out twice."""
+    used = _used_ports()
+    chosen: dict[str, int] = {}
+    with contextlib.ExitStack() as stack:
+        for _ in range(len(names) + 200):
+            if len(chosen) == len(names):
+                return chosen
+            probe = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            probe.bind(("", 0))
+            port: int = probe.getsockname()[1]
+            if port not in used and not RAY_WORKER_PORTS[0] <= port <= RAY_WORKER_PORTS[1]:
+                used.add(port)
+                chosen[names[len(chosen)]] = port
+    raise ProviderError(
+        "no free port outside Ray's worker ports (10002-19999) found: widen this machine's "
+        "ephemeral port range (net.ipv4.ip_local_port_range) or take down clusters here"
+    )

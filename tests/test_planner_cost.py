@@ -183,3 +183,36 @@ def test_lower_bound_is_the_lp_optimum() -> None:
     assert lower_bound({"GPU": 1}, caps, prices) is None
     assert lower_bound({}, caps, prices).cost == 0  # type: ignore[union-attr]
     assert shortfall({"CPU": 10, "memory": 4}, {"CPU": 4, "memory": 8}) == {"CPU": 6}
+
+
+def test_a_bigger_type_of_the_same_price_per_bundle_is_preferred_and_the_tail_downsized() -> None:
+    # Price linear in size (0.19 for 4 CPUs, 0.76 for 16; per CPU they differ by float
+    # noise): 34 {CPU: 1, memory: 4} take two n16 and the last 2 bundles one n4.
+    types = {
+        "n4": TypeInfo("n4", {"CPU": 4, "memory": 15}, 0, 20, price=0.19),
+        "n16": TypeInfo("n16", {"CPU": 16, "memory": 60}, 0, 20, price=0.76),
+    }
+    head = NodeView("head", "n4", is_head=True, total={"CPU": 2}, available={})
+    snapshot = Snapshot((head,), pending=(({"CPU": 1, "memory": 3.5}, 34),))
+    config = Settings(types, 20, upscaling_speed=1e6)
+    result = plan(snapshot, config, record=True)
+    assert result.launch == {"n16": 2, "n4": 1}
+    _check(snapshot, config, result)
+
+
+def test_cpu_work_shares_a_gpu_node_when_that_costs_less_than_nodes_apart() -> None:
+    # 4 GPU bundles and 11 {CPU: 4, memory: 8}: apart, 4 g1 ($2.12) and 3 c16 ($2.04, the
+    # GPU nodes' 3 spare CPUs hold none); together one g4 ($3.91) holds them all.
+    types = {t.name: t for t in TYPES}
+    head = NodeView("head", "m4", is_head=True, total={"CPU": 2}, available={})
+    snapshot = Snapshot(
+        (head,),
+        pending=(({"CPU": 1, "memory": 2, "GPU": 1}, 4), ({"CPU": 4, "memory": 8}, 11)),
+    )
+    config = Settings(types, 20, upscaling_speed=1e6)
+    result = plan(snapshot, config, record=True)
+    assert result.launch == {"g4": 1}
+    _check(snapshot, config, result)
+    # CPU work alone still never gets a GPU node.
+    alone = plan(Snapshot((head,), pending=(({"CPU": 4, "memory": 8}, 11),)), config)
+    assert "g4" not in alone.launch and "g1" not in alone.launch

@@ -41,6 +41,7 @@ from launcher.autoscaler.packing import (
     needs_gpu,
     shape_of,
 )
+from launcher.autoscaler.plan_mix import Mix, Offer, choose_mix, worth
 from launcher.autoscaler.plan_tidy import cheaper_type
 
 __all__ = [
@@ -225,6 +226,8 @@ class _State:
         self.unavailable = snapshot.unavailable
         self.fell_back: dict[tuple[str, str], None] = {}  # (type, fallback), in order
         self.pending = _pending_by_shape(snapshot)  # bundles of each shape not yet placed
+        self.priced = any(t.price is not None for t in settings.types.values())
+        self._worth: dict[Shape, float | None] = {}
         self._feasible: dict[Shape, bool] = {}
         self._saved: tuple[Counter[str], int, Counter[str]] | None = None
 
@@ -302,6 +305,55 @@ class _State:
             return fallback
         usable = [t for t in options if t.name not in self.unavailable]
         return min(usable, key=cost).name if usable else None
+
+    def worth(self, shape: Shape, request: Resources) -> float | None:
+        """What a bundle of `shape` costs on its own, on full nodes of its cheapest type."""
+        if shape not in self._worth:
+            offers = [
+                Offer(t.name, t.resources, t.price, t.max_workers)
+                for t in self.settings.types.values()
+                if t.max_workers > 0 and t.price is not None
+            ]
+            self._worth[shape] = worth(request, offers)
+        return self._worth[shape]
+
+    def choose_mix(
+        self, shape: Shape, request: Resources, count: int, left: Mapping[Shape, int]
+    ) -> Mix | None:
+        """With prices: the type to launch for `count` bundles of `request` and what other
+        shapes (`left`: how many of each are unplaced) its nodes can hold (`plan_mix`).
+        Types follow `choose_type`'s rules: CPU-only work on CPU-only types when one fits,
+        an unavailable type's fallbacks first in its place."""
+        own = self.worth(shape, request)
+        if own is None:
+            return None
+        fitting = [
+            t
+            for t in self.settings.types.values()
+            if t.max_workers > 0 and t.price is not None and fits(t.resources, request)
+        ]
+        if not needs_gpu(request):
+            fitting = [t for t in fitting if not t.has_gpu] or fitting
+        others: dict[Shape, tuple[Resources, int, float]] = {}
+        for other, n in left.items():
+            value = self.worth(other, dict(other)) if n > 0 and other != shape else None
+            if value is not None:
+                others[other] = (dict(other), n, value)
+
+        def mix(types: Iterable[TypeInfo]) -> Mix | None:
+            offers = [
+                Offer(t.name, t.resources, t.price or 0.0, self.room(t.name), t.priority)
+                for t in types
+            ]
+            return choose_mix(request, count, offers, others, own)
+
+        best = mix(fitting)
+        if best is None or best.node_type not in self.unavailable:
+            return best
+        fallback = self.fallback_for(best.node_type, request)
+        if fallback is not None:
+            return mix([self.settings.types[fallback]])
+        return mix(t for t in fitting if t.name not in self.unavailable)
 
     def fallback_for(self, type_name: str, request: Resources | None = None) -> str | None:
         """The first of `type_name`'s fallbacks that is available, has room and fits."""
@@ -480,30 +532,79 @@ def _place_tasks(state: _State, pending: Iterable[tuple[Resources, int]]) -> Non
     order = sorted(
         shapes.items(), key=lambda item: (-dict(item[0]).get("GPU", 0), -sum(v for _, v in item[0]))
     )
+    feasible: list[tuple[Shape, int]] = []
     for shape, count in order:
         request = dict(shape)
-        if not state.feasible(shape, request):
-            state.infeasible.append(request)
-            state.decisions.append(
-                Decision(
-                    "infeasible", f"{count} pending bundle(s) of {show(request)} fit no node type"
-                )
-            )
+        if state.feasible(shape, request):
+            feasible.append((shape, count))
             continue
+        state.infeasible.append(request)
+        state.decisions.append(
+            Decision("infeasible", f"{count} pending bundle(s) of {show(request)} fit no node type")
+        )
+    if state.priced:
+        _place_mixed(state, feasible)
+        return
+    for shape, count in feasible:
+        request = dict(shape)
         left, launched = _place_many(state, state.packer, shape, request, count)
         state.pending[shape] -= count
-        if left > 0:
-            state.decisions.append(
-                Decision(
-                    "wait",
-                    f"{left} pending bundle(s) of {show(request)}: no node type has room "
-                    f"(max_workers {state.settings.max_workers})",
-                )
+        _tell(state, request, count, left, launched)
+
+
+def _tell(
+    state: _State, request: Resources, count: int, left: int, launched: Mapping[str, int]
+) -> None:
+    if left > 0:
+        state.decisions.append(
+            Decision(
+                "wait",
+                f"{left} pending bundle(s) of {show(request)}: no node type has room "
+                f"(max_workers {state.settings.max_workers})",
             )
-        for name, nodes in launched.items():
-            state.decisions.append(
-                Decision("launch", f"{count} pending bundle(s) of {show(request)}", name, nodes)
-            )
+        )
+    for name, nodes in launched.items():
+        state.decisions.append(
+            Decision("launch", f"{count} pending bundle(s) of {show(request)}", name, nodes)
+        )
+
+
+def _place_mixed(state: _State, shapes: Sequence[tuple[Shape, int]]) -> None:
+    """With prices: every shape first on free capacity (existing nodes, and those launched
+    for min_workers and groups), then new nodes for what is left, largest shape first, each
+    node of the type whose mix of this and the other unplaced shapes is worth the most per
+    dollar (`plan_mix`), filled with that mix."""
+    left: Counter[Shape] = Counter()
+    for shape, count in shapes:
+        left[shape] = _fill_free(state, shape, dict(shape), count)
+    for shape, count in shapes:
+        request = dict(shape)
+        launched: Counter[str] = Counter()
+        left[shape] = _fill_free(state, shape, request, left[shape])
+        while left[shape] > 0:
+            mix = state.choose_mix(shape, request, left[shape], left)
+            if mix is None:
+                break
+            for _ in range(mix.nodes):
+                index = state.add_node(mix.node_type)
+                state.packer.take(index, request, min(mix.lead, left[shape]))
+                left[shape] -= min(mix.lead, left[shape])
+                for other, n in mix.others:
+                    state.packer.take(index, dict(other), n)
+                    left[other] -= n
+            launched[mix.node_type] += mix.nodes
+        state.pending[shape] -= count
+        _tell(state, request, count, left[shape], launched)
+
+
+def _fill_free(state: _State, shape: Shape, request: Resources, count: int) -> int:
+    """Place up to `count` bundles on free capacity (CPU-only work on nodes without GPUs
+    first); returns how many are left."""
+    gpu = needs_gpu(request)
+    left = state.packer.fill(shape, request, count, gpu)
+    if left > 0 and not gpu:
+        left = state.packer.fill(shape, request, left, True)
+    return left
 
 
 def _place_many(

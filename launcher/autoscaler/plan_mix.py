@@ -1,0 +1,145 @@
+"""Which node type to launch for a shape when prices are known, and what else it can hold
+(pure): a node is worth what its bundles would cost on their own, and the type chosen is the
+one whose node, filled with the lead shape and then with other pending shapes, is worth the
+most per dollar.
+
+A bundle's worth is its price per bundle on the type that holds its shape most cheaply, full
+nodes of that shape only. A node of type t holding k_s bundles of each shape s is worth
+sum_s k_s * worth_s, and its score is that over t's price: 1.0 means it costs what those
+bundles would cost apart, above 1.0 that packing them together saves money (a GPU node's
+spare CPUs taking CPU work). Within a family whose price is linear in size, a small and a big
+node score the same; such ties (within TIE, relative) go to the node worth the most, the
+bigger one, so the same money buys fewer nodes. A mix is repeated on as many nodes as the
+pending counts fill completely, so choosing costs a few steps per shape, not one per node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from launcher.autoscaler.packing import Resources, Shape, fits, how_many, needs_gpu
+
+TIE = 1e-6  # scores this close (relative) are equal: float noise in prices linear in size
+MAX_OTHERS = 8  # other shapes offered to fill a node, the most valuable pending first
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A launchable type: its capacity, hourly price, priority and how many may launch."""
+
+    name: str
+    resources: Resources
+    price: float
+    room: int
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class Mix:
+    """`nodes` nodes of `node_type`, each holding `lead` bundles of the shape launched for
+    and `others` (shape, bundles) of other pending shapes."""
+
+    node_type: str
+    lead: int
+    others: tuple[tuple[Shape, int], ...]
+    nodes: int
+
+
+def worth(request: Resources, offers: Sequence[Offer]) -> float | None:
+    """The least price per bundle of `request` on full nodes of one type (CPU-only work on
+    CPU-only types when one fits); None when no type holds it."""
+    fitting = [o for o in offers if fits(o.resources, request)]
+    if not needs_gpu(request):
+        fitting = [o for o in fitting if o.resources.get("GPU", 0) <= 0] or fitting
+    if not fitting:
+        return None
+    return min(o.price / max(1, how_many(o.resources, request)) for o in fitting)
+
+
+def choose_mix(
+    request: Resources,
+    count: int,
+    offers: Sequence[Offer],
+    others: Mapping[Shape, tuple[Resources, int, float]],
+    lead_worth: float,
+) -> Mix | None:
+    """The mix to launch for `count` bundles of `request` among `offers` (already filtered
+    to types that may hold it); `others` are the other pending shapes with how many are
+    still unplaced and their worth."""
+    best: tuple[float, float, float, str] | None = None
+    chosen: Mix | None = None
+    candidates = sorted(
+        ((s, r, n, w) for s, (r, n, w) in others.items() if n > 0),
+        key=lambda item: -item[2] * item[3],
+    )[:MAX_OTHERS]
+    scored: list[tuple[float, float, Offer, int, tuple[tuple[Shape, int], ...]]] = []
+    for offer in offers:
+        if offer.room <= 0 or offer.price <= 0:
+            continue
+        lead = min(how_many(offer.resources, request), count)
+        if lead <= 0:
+            continue
+        rest = {k: v - lead * request.get(k, 0.0) for k, v in offer.resources.items()}
+        value, packed = _fill(rest, candidates)
+        value += lead * lead_worth
+        scored.append((value / offer.price, value, offer, lead, packed))
+    if not scored:
+        return None
+    top = max(score for score, *_ in scored)
+    for score, value, offer, lead, packed in scored:
+        if score < top * (1 - TIE):
+            continue
+        key = (value, float(offer.priority), -offer.price, offer.name)
+        if best is None or _better(key, best):
+            best = (value, float(offer.priority), -offer.price, offer.name)
+            chosen = Mix(offer.name, lead, packed, _repeats(count, lead, packed, others, offer))
+    return chosen
+
+
+def _better(key: tuple[float, float, float, str], best: tuple[float, float, float, str]) -> bool:
+    """More worth per node, then priority, then cheaper, then the name (for determinism)."""
+    if abs(key[0] - best[0]) > TIE * max(key[0], best[0]):
+        return key[0] > best[0]
+    if key[1:3] != best[1:3]:
+        return key[1:3] > best[1:3]
+    return key[3] < best[3]
+
+
+def _fill(
+    rest: dict[str, float],
+    candidates: Sequence[tuple[Shape, Resources, int, float]],
+) -> tuple[float, tuple[tuple[Shape, int], ...]]:
+    """Fill `rest` with the other shapes, each step taking the shape that would be worth
+    the most if it filled what is left alone; returns the worth added and what was packed."""
+    value = 0.0
+    packed: list[tuple[Shape, int]] = []
+    unused = list(candidates)
+    while unused:
+        best, best_value, best_n = -1, 0.0, 0
+        for i, (_, request, left, each) in enumerate(unused):
+            n = min(how_many(rest, request), left)
+            if n > 0 and n * each > best_value:
+                best, best_value, best_n = i, n * each, n
+        if best < 0:
+            break
+        shape, request, _, _ = unused.pop(best)
+        for k, v in request.items():
+            rest[k] = rest.get(k, 0.0) - best_n * v
+        value += best_value
+        packed.append((shape, best_n))
+    return value, tuple(packed)
+
+
+def _repeats(
+    count: int,
+    lead: int,
+    packed: Sequence[tuple[Shape, int]],
+    others: Mapping[Shape, tuple[Resources, int, float]],
+    offer: Offer,
+) -> int:
+    """How many nodes the same mix fills completely (at least one, at most the room)."""
+    nodes = count // lead
+    for shape, n in packed:
+        nodes = min(nodes, others[shape][1] // n)
+    return max(1, min(nodes, offer.room))

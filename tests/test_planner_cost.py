@@ -216,3 +216,23 @@ def test_cpu_work_shares_a_gpu_node_when_that_costs_less_than_nodes_apart() -> N
     # CPU work alone still never gets a GPU node.
     alone = plan(Snapshot((head,), pending=(({"CPU": 4, "memory": 8}, 11),)), config)
     assert "g4" not in alone.launch and "g1" not in alone.launch
+
+
+def test_a_group_only_a_gpu_type_holds_is_placed_first_and_shares_its_gpu() -> None:
+    # A GPU group, then a STRICT_PACK sum (72 GiB) that only the big GPU type holds: placed
+    # first, its node's GPU takes the GPU bundle, so one node instead of two.
+    types = {
+        "cpu8": TypeInfo("cpu8", {"CPU": 8, "memory": 32}, 0, 10, price=0.27),
+        "g4": TypeInfo("g4", {"CPU": 4, "memory": 16, "GPU": 1}, 0, 10, price=0.71),
+        "a12": TypeInfo("a12", {"CPU": 12, "memory": 85, "GPU": 1}, 0, 10, price=3.67),
+    }
+    head = NodeView("head", "cpu8", is_head=True, total={"CPU": 2}, available={})
+    gangs = (
+        Gang(({"CPU": 1, "memory": 2, "GPU": 1},), "PACK", "gpu"),
+        Gang(({"CPU": 1, "memory": 24},) * 3, "STRICT_PACK", "big"),
+    )
+    snapshot = Snapshot((head,), gangs=gangs)
+    config = Settings(types, 10, upscaling_speed=1e6)
+    result = plan(snapshot, config, record=True)
+    assert result.launch == {"a12": 1}
+    _check(snapshot, config, result)

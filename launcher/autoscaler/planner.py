@@ -4,10 +4,14 @@ launch and which to terminate. Pure: no I/O and no clock; everything arrives in 
 Order of work, each step seeing what the previous ones placed:
 1. min_workers of every type;
 2. placement groups, all bundles or none (STRICT_PACK on one node, STRICT_SPREAD on distinct
-   nodes, PACK/SPREAD anywhere); a bundle that needs a new node gets the type chosen for all
-   pending bundles of its shape, as tasks do;
-3. pending task and actor bundles, grouped by shape, first on free capacity, then on new nodes
-   of the type that costs least per bundle;
+   nodes, PACK/SPREAD anywhere), those whose bundles fit the fewest node types first, then
+   GPU ones, then the biggest (so under max_workers a later group may be placed before an
+   earlier one); a bundle that needs a new node gets the type chosen for all pending
+   bundles of its shape;
+3. pending task and actor bundles, grouped by shape, first on free capacity; then, without
+   prices, new nodes of the type that needs fewest for the shape; with prices, new nodes
+   whose type and contents (this shape and the other shapes still unplaced) are worth the
+   most per dollar (`plan_mix`: CPU work shares a GPU node when that costs less);
 4. `request_resources` constraints, fitted to the cluster's total (not free) capacity;
 5. `upscaling_speed` caps how many nodes may be starting at once;
 6. idle workers beyond min_workers, untouched by this round's placements, are terminated.
@@ -387,8 +391,8 @@ def plan(snapshot: Snapshot, settings: Settings, *, record: bool = False) -> Pla
     state = _State(snapshot, settings, record)
     _min_workers(state, snapshot.nodes)
     after_min = (len(state.slots), len(state.decisions))
-    for number, gang in enumerate(snapshot.gangs):
-        _place_gang(state, gang, number)
+    for number in _gang_order(snapshot.gangs, settings):
+        _place_gang(state, snapshot.gangs[number], number)
     _place_tasks(state, snapshot.pending)
     _tidy(state, *after_min)
     _place_constraints(state, snapshot.constraints)
@@ -413,6 +417,28 @@ def plan(snapshot: Snapshot, settings: Settings, *, record: bool = False) -> Pla
         dict(stand_ins),
         _placements(state),
     )
+
+
+def _gang_order(gangs: Sequence[Gang], settings: Settings) -> list[int]:
+    """Groups whose bundles fit the fewest node types first, then those with GPU bundles,
+    then the biggest bundles: a STRICT_PACK sum that only a GPU type holds takes its node
+    before GPU bundles look for a GPU, and CPU-only groups come last, into the spare room
+    of the nodes launched for the others."""
+
+    def key(number: int) -> tuple[int, float, float]:
+        requests = _gang_requests(gangs[number])
+        types = sum(
+            1
+            for t in settings.types.values()
+            if t.max_workers > 0 and any(fits(t.resources, r) for r in requests)
+        )
+        return (
+            types,
+            -max((r.get("GPU", 0) for r in requests), default=0),
+            -max((sum(r.values()) for r in requests), default=0),
+        )
+
+    return sorted(range(len(gangs)), key=key)
 
 
 def _placements(state: _State) -> tuple[Placement, ...]:

@@ -2,8 +2,9 @@
 memory in GiB), priced from the launcher's price table (or by prices a config gives),
 partly busy existing nodes, pending bundles of five shapes drawn per seed, with and without
 a few hundred placement groups of all four strategies. For each scenario: time, nodes and
-hourly cost of ours, Ray v1 and Ray v2, and an LP lower bound on the cost
-(`launcher.autoscaler.plan_bound`: demand minus free capacity, per resource).
+hourly cost of ours, Ray v1 and Ray v2, and two LP lower bounds on the cost
+(`launcher.autoscaler.plan_bound`): per resource, demand minus free capacity; and per shape,
+knowing which bundle shapes fit which node types (`shape_bound`, tighter).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 
 from bench_planner import STRATEGIES, Result, Workload, measure, progress
 
-from launcher.autoscaler.packing import fits
-from launcher.autoscaler.plan_bound import lower_bound, shortfall
+from launcher.autoscaler.packing import Shape, fits, shape_of
+from launcher.autoscaler.plan_bound import lower_bound, shape_bound, shortfall
 from launcher.pricing import load_prices
 
 # Type sets: (provider, instance types). Resources and prices come from the price table.
@@ -152,6 +153,27 @@ def bound(w: Workload) -> float | None:
     return None if result is None else result.cost
 
 
+def shaped_bound(w: Workload) -> float | None:
+    """The tighter bound that knows which shapes fit which types (`shape_bound`); a
+    STRICT_PACK group counts as one bundle of its sum."""
+    demand: Counter[Shape] = Counter()
+    for shape, count in w.pending:
+        demand[shape_of(shape)] += count
+    for strategy, bundles in w.gangs:
+        if strategy == "STRICT_PACK":
+            total: Counter[str] = Counter()
+            for b in bundles:
+                total.update(b)
+            demand[shape_of(total)] += 1
+        else:
+            demand.update(shape_of(b) for b in bundles)
+    feasible = {s: n for s, n in demand.items() if any(fits(t, dict(s)) for t in w.types.values())}
+    free: Counter[str] = Counter()
+    for _, _, _, available in w.nodes:
+        free.update(available)
+    return shape_bound(feasible, free, w.types, w.prices or {})
+
+
 def cost(w: Workload, r: Result) -> float | None:
     if r.launched is None or w.prices is None:
         return None
@@ -167,6 +189,7 @@ class Row:
     costs: dict[str, float | None]
     nodes: dict[str, int | None]
     lp: float | None
+    shaped: float | None  # the bound that knows which shapes fit which types
 
 
 def run_scenario(
@@ -185,6 +208,7 @@ def run_scenario(
         {who: cost(w, r) for who, r in results.items()},
         {who: None if r.launched is None else r.launched.total() for who, r in results.items()},
         bound(w),
+        shaped_bound(w),
     )
 
 
@@ -210,9 +234,9 @@ def report(rows: list[Row]) -> None:
     print(
         "| family | seed | bundles (groups) | nodes | time ours / v1 / v2 "
         "| nodes ours / v1 / v2 | cost ours / v1 / v2 | LP bound | ours / LP "
-        "| ours <= fewer nodes? | ours <= cheaper? |"
+        "| shape LP | ours / shape LP | ours <= fewer nodes? | ours <= cheaper? |"
     )
-    print("| --- | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | --- | --- |")
+    print("| --- | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |")
     for row in rows:
         w, r, c, n = row.workload, row.results, row.costs, row.nodes
         times = " / ".join(r[k].time() for k in ("ours", "ray_v1", "ray_v2"))
@@ -224,20 +248,22 @@ def report(rows: list[Row]) -> None:
         print(
             f"| {row.family} | {row.seed} | {w.bundles:,} ({len(w.gangs)}) | {len(w.nodes):,} "
             f"| {times} | {counts} | {money} | {_fmt(row.lp)} "
-            f"| {_fmt(_ratio(c['ours'], row.lp), 3)} | {fewer} | {cheaper} |"
+            f"| {_fmt(_ratio(c['ours'], row.lp), 3)} | {_fmt(row.shaped)} "
+            f"| {_fmt(_ratio(c['ours'], row.shaped), 3)} | {fewer} | {cheaper} |"
         )
     print("\n### Per family: ratios (mean, worst) over its scenarios\n")
     print(
         "| family | scenarios | nodes ours / fewer of Ray | cost ours / cheaper of Ray "
-        "| cost ours / LP | cost Ray v1 / LP | cost Ray v2 / LP |"
+        "| cost ours / LP | cost Ray v1 / LP | cost Ray v2 / LP | cost ours / shape LP |"
     )
-    print("| --- | ---: | --- | --- | --- | --- | --- |")
+    print("| --- | ---: | --- | --- | --- | --- | --- | --- |")
     for family in dict.fromkeys(row.family for row in rows):
         mine = [row for row in rows if row.family == family]
         cells = [
             _summary([_ratio(row.nodes["ours"], _best_of_ray(row.nodes)) for row in mine]),
             _summary([_ratio(row.costs["ours"], _best_of_ray(row.costs)) for row in mine]),
             *(_summary([_ratio(row.costs[k], row.lp) for row in mine]) for k in row.costs),
+            _summary([_ratio(row.costs["ours"], row.shaped) for row in mine]),
         ]
         print(f"| {family} | {len(mine)} | {' | '.join(cells)} |")
 

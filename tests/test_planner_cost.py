@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.autoscaler.packing import EPS
-from launcher.autoscaler.plan_bound import lower_bound, shortfall
+from launcher.autoscaler.plan_bound import lower_bound, shape_bound, shortfall
 from launcher.autoscaler.plan_tidy import cheaper_type
 from launcher.autoscaler.planner import (
     Gang,
@@ -236,3 +236,27 @@ def test_a_group_only_a_gpu_type_holds_is_placed_first_and_shares_its_gpu() -> N
     result = plan(snapshot, config, record=True)
     assert result.launch == {"a12": 1}
     _check(snapshot, config, result)
+
+
+def test_shape_bound_knows_which_shapes_fit_which_types() -> None:
+    caps = {
+        "c": {"CPU": 16, "memory": 32},
+        "r": {"CPU": 8, "memory": 64},
+        "g1": {"CPU": 4, "memory": 16, "GPU": 1},
+        "g4": {"CPU": 48, "memory": 192, "GPU": 4},
+    }
+    prices = {"c": 0.68, "r": 0.50, "g1": 0.53, "g4": 3.91}
+    big = (("CPU", 1.0), ("memory", 40.0))  # one per r node, none on c
+    # Per resource, 10 CPUs and 400 GiB cost 6.25 r nodes; per shape, 10 r nodes.
+    assert abs(lower_bound({"CPU": 10, "memory": 400}, caps, prices).cost - 3.125) < 1e-9  # type: ignore[union-attr]
+    assert abs((shape_bound({big: 10}, {}, caps, prices) or 0) - 5.0) < 1e-6
+    # Free capacity that fits the shape takes some of them.
+    assert abs((shape_bound({big: 10}, {"CPU": 5, "memory": 200}, caps, prices) or 0) - 2.5) < 1e-6
+    # A 2-GPU bundle fits only g4 (2 per node), never two g1.
+    two = (("CPU", 1.0), ("GPU", 2.0))
+    assert abs((shape_bound({two: 4}, {}, caps, prices) or 0) - 2 * 3.91) < 1e-6
+    assert abs(lower_bound({"CPU": 4, "GPU": 8}, caps, prices).cost - 8 * 0.53) < 1e-9  # type: ignore[union-attr]
+    # The plain CPU case agrees with the shape-blind bound.
+    one = (("CPU", 1.0),)
+    assert abs((shape_bound({one: 160}, {}, caps, prices) or 0) - 6.8) < 1e-6
+    assert shape_bound({(("TPU", 1.0),): 1}, {}, caps, prices) is None

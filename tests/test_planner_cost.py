@@ -71,7 +71,9 @@ def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Settings]:
         )
     )
     cap = draw(st.integers(3, 25))
-    return Snapshot(tuple(nodes), pending, gangs), Settings(types, cap, upscaling_speed=1e6)
+    overhead = draw(st.sampled_from((0.0, 1.0)))
+    config = Settings(types, cap, upscaling_speed=1e6, node_overhead=overhead)
+    return Snapshot(tuple(nodes), pending, gangs), config
 
 
 def _left_waiting(result: Plan) -> tuple[set[str], Counter[tuple[tuple[str, float], ...]]]:
@@ -260,3 +262,21 @@ def test_shape_bound_knows_which_shapes_fit_which_types() -> None:
     one = (("CPU", 1.0),)
     assert abs((shape_bound({one: 160}, {}, caps, prices) or 0) - 6.8) < 1e-6
     assert shape_bound({(("TPU", 1.0),): 1}, {}, caps, prices) is None
+
+
+def test_node_overhead_trades_a_little_money_for_fewer_nodes() -> None:
+    # small is cheaper per CPU (0.0475 vs 0.05): by price alone 8 small for 32 one-CPU
+    # bundles ($1.52); with each node charged the cheapest type's price, 2 big ($1.60).
+    types = {
+        "small": TypeInfo("small", {"CPU": 4}, 0, 20, price=0.19),
+        "big": TypeInfo("big", {"CPU": 16}, 0, 20, price=0.80),
+    }
+    head = NodeView("head", "small", is_head=True, total={"CPU": 2}, available={})
+    snapshot = Snapshot((head,), pending=(({"CPU": 1}, 32),))
+    cheapest = plan(snapshot, Settings(types, 20, upscaling_speed=1e6, node_overhead=0.0))
+    assert cheapest.launch == {"small": 8}
+    fewer = Settings(types, 20, upscaling_speed=1e6)
+    assert fewer.node_overhead == 1.0
+    result = plan(snapshot, fewer, record=True)
+    assert result.launch == {"big": 2}
+    _check(snapshot, fewer, result)

@@ -115,6 +115,7 @@ def shape_bound(
     free: Mapping[str, float],
     capacities: Mapping[str, Mapping[str, float]],
     prices: Mapping[str, float],
+    max_nodes: float | None = None,
 ) -> float | None:
     """A tighter lower bound that knows which bundle shapes fit which types: the LP
 
@@ -125,7 +126,9 @@ def shape_bound(
                     sum_s request_s[r] * y[s,free] <= free[r]           every resource r
                     x, y >= 0,   y[s,t] only where s fits t,
 
-    (the existing nodes' free capacity pooled, which only loosens it). Solved through its
+    (the existing nodes' free capacity pooled, which only loosens it); with `max_nodes`, also
+    sum_t x_t <= max_nodes: what any plan launching that few nodes must cost at least
+    (infinity when none can). Solved through its
     dual, a maximisation whose origin is feasible (prices are not negative), by the simplex
     method with Bland's rule in floating point; the value returned is that of a dual-feasible
     point, so by weak duality it is a lower bound even if rounding stopped it short. None
@@ -162,6 +165,8 @@ def shape_bound(
     for r in resources:
         row = {v: -dict(shapes[i]).get(r, 0.0) for (i, u), v in y.items() if u == ""}
         rows.append((row, -float(free.get(r, 0.0))))
+    if max_nodes is not None:
+        rows.append(({x[t]: -1.0 for t in types}, -float(max_nodes)))
     return _dual_simplex_value(rows, columns)
 
 

@@ -11,6 +11,9 @@ spare CPUs taking CPU work). Within a family whose price is linear in size, a sm
 node score the same; such ties (within TIE, relative) go to the node worth the most, the
 bigger one, so the same money buys fewer nodes. A mix is repeated on as many nodes as the
 pending counts fill completely, so choosing costs a few steps per shape, not one per node.
+
+The prices given here include the planner's per-node overhead (`Settings.node_overhead`), so
+that a node's worth is weighed against what it really costs to run one more node.
 """
 
 from __future__ import annotations
@@ -20,6 +23,11 @@ from dataclasses import dataclass
 
 from launcher.autoscaler.packing import Resources, Shape, fits, how_many, needs_gpu
 
+# What a node costs besides its price (Ray's daemons, its disk and address, one more machine
+# to start and lose), as a share of the cheapest type's price: the default of
+# `Settings.node_overhead`. Measured on bench/planner_cost.py: 0 gives the cheapest plans and
+# the most nodes; 1.0 cuts nodes (2.1x -> 1.1x Ray's on the aws family) for 3-6 % more cost.
+NODE_OVERHEAD = 1.0
 TIE = 1e-6  # scores this close (relative) are equal: float noise in prices linear in size
 MAX_OTHERS = 8  # other shapes offered to fill a node, the most valuable pending first
 

@@ -7,11 +7,14 @@ Order of work, each step seeing what the previous ones placed:
    nodes, PACK/SPREAD anywhere), those whose bundles fit the fewest node types first, then
    GPU ones, then the biggest (so under max_workers a later group may be placed before an
    earlier one); a bundle that needs a new node gets the type chosen for all pending
-   bundles of its shape;
+   bundles of its shape (with prices, as for tasks below, and the room its node keeps for
+   other shapes is counted as promised to them);
 3. pending task and actor bundles, grouped by shape, first on free capacity; then, without
    prices, new nodes of the type that needs fewest for the shape; with prices, new nodes
    whose type and contents (this shape and the other shapes still unplaced) are worth the
-   most per dollar (`plan_mix`: CPU work shares a GPU node when that costs less);
+   most per dollar (`plan_mix`: CPU work shares a GPU node when that costs less; every
+   node is charged `Settings.node_overhead` on top of its price, so fewer bigger nodes win
+   when they cost little more);
 4. `request_resources` constraints, fitted to the cluster's total (not free) capacity;
 5. `upscaling_speed` caps how many nodes may be starting at once;
 6. idle workers beyond min_workers, untouched by this round's placements, are terminated.
@@ -45,7 +48,7 @@ from launcher.autoscaler.packing import (
     needs_gpu,
     shape_of,
 )
-from launcher.autoscaler.plan_mix import Mix, Offer, choose_mix, worth
+from launcher.autoscaler.plan_mix import NODE_OVERHEAD, Mix, Offer, choose_mix, worth
 from launcher.autoscaler.plan_tidy import cheaper_type
 
 __all__ = [
@@ -119,6 +122,10 @@ class Settings:
     max_workers: int
     upscaling_speed: float = 1.0
     idle_timeout_s: float = 300.0
+    # With prices: what every new node costs besides its price when choosing types, as a
+    # share of the cheapest priced type's price (fewer, bigger nodes for a little more
+    # money; 0 chooses by price alone). Not in the cluster config yet.
+    node_overhead: float = NODE_OVERHEAD
 
 
 @dataclass(frozen=True)
@@ -230,10 +237,15 @@ class _State:
         self.unavailable = snapshot.unavailable
         self.fell_back: dict[tuple[str, str], None] = {}  # (type, fallback), in order
         self.pending = _pending_by_shape(snapshot)  # bundles of each shape not yet placed
-        self.priced = any(t.price is not None for t in settings.types.values())
+        # bundles of each shape that the spare room of nodes launched so far is meant for
+        self.promised: Counter[Shape] = Counter()
+        prices = [t.price for t in settings.types.values() if t.price is not None]
+        self.priced = bool(prices)
+        # what every new node costs besides its price, when choosing types (`plan_mix`)
+        self.overhead = settings.node_overhead * min(prices) if prices else 0.0
         self._worth: dict[Shape, float | None] = {}
         self._feasible: dict[Shape, bool] = {}
-        self._saved: tuple[Counter[str], int, Counter[str]] | None = None
+        self._saved: tuple[Counter[str], int, Counter[str], Counter[Shape]] | None = None
 
     @property
     def slots(self) -> list[Slot]:
@@ -259,7 +271,12 @@ class _State:
     def begin(self) -> None:
         """Start a trial (a placement group) that `rollback` undoes entirely."""
         self.packer.begin()
-        self._saved = (Counter(self.counts), self.workers, Counter(self.launch))
+        self._saved = (
+            Counter(self.counts),
+            self.workers,
+            Counter(self.launch),
+            Counter(self.promised),
+        )
 
     def commit(self) -> None:
         self.packer.commit()
@@ -268,7 +285,7 @@ class _State:
     def rollback(self) -> None:
         self.packer.rollback()
         if self._saved is not None:
-            self.counts, self.workers, self.launch = self._saved
+            self.counts, self.workers, self.launch, self.promised = self._saved
             self._saved = None
 
     def choose_type(self, request: Resources, count: int) -> str | None:
@@ -289,7 +306,9 @@ class _State:
         def cost(info: TypeInfo) -> tuple[float, int, float, int, str]:
             per_node = max(1, min(how_many(info.resources, request), count))
             if priced:
-                price = info.price / per_node if info.price is not None else math.inf
+                price = (
+                    (info.price + self.overhead) / per_node if info.price is not None else math.inf
+                )
             else:
                 price = 0.0
             waste = sum(
@@ -314,7 +333,7 @@ class _State:
         """What a bundle of `shape` costs on its own, on full nodes of its cheapest type."""
         if shape not in self._worth:
             offers = [
-                Offer(t.name, t.resources, t.price, t.max_workers)
+                Offer(t.name, t.resources, t.price + self.overhead, t.max_workers)
                 for t in self.settings.types.values()
                 if t.max_workers > 0 and t.price is not None
             ]
@@ -346,7 +365,13 @@ class _State:
 
         def mix(types: Iterable[TypeInfo]) -> Mix | None:
             offers = [
-                Offer(t.name, t.resources, t.price or 0.0, self.room(t.name), t.priority)
+                Offer(
+                    t.name,
+                    t.resources,
+                    (t.price or 0.0) + self.overhead,
+                    self.room(t.name),
+                    t.priority,
+                )
                 for t in types
             ]
             return choose_mix(request, count, offers, others, own)
@@ -697,9 +722,19 @@ def _gang_slot(
     if index is None and not gpu:
         index = state.packer.find(shape, request, True, skip)
     if index is not None:
+        if state.promised[shape] > 0:
+            state.promised[shape] -= 1
         return index
-    name = state.choose_type(request, max(1, state.pending[shape]))
-    return None if name is None else state.add_node(name)
+    count = max(1, state.pending[shape])
+    if not state.priced:
+        name = state.choose_type(request, count)
+        return None if name is None else state.add_node(name)
+    left = {s: n - state.promised[s] for s, n in state.pending.items()}
+    mix = state.choose_mix(shape, request, count, left)
+    if mix is None:
+        return None
+    state.promised.update(dict(mix.others))
+    return state.add_node(mix.node_type)
 
 
 def _place_constraints(state: _State, constraints: Sequence[Resources]) -> None:

@@ -153,9 +153,10 @@ def bound(w: Workload) -> float | None:
     return None if result is None else result.cost
 
 
-def shaped_bound(w: Workload) -> float | None:
+def shaped_bound(w: Workload, max_nodes: int | None = None) -> float | None:
     """The tighter bound that knows which shapes fit which types (`shape_bound`); a
-    STRICT_PACK group counts as one bundle of its sum."""
+    STRICT_PACK group counts as one bundle of its sum. With `max_nodes`: the least any plan
+    launching at most that many nodes can cost (inf when none can)."""
     demand: Counter[Shape] = Counter()
     for shape, count in w.pending:
         demand[shape_of(shape)] += count
@@ -171,7 +172,7 @@ def shaped_bound(w: Workload) -> float | None:
     free: Counter[str] = Counter()
     for _, _, _, available in w.nodes:
         free.update(available)
-    return shape_bound(feasible, free, w.types, w.prices or {})
+    return shape_bound(feasible, free, w.types, w.prices or {}, max_nodes)
 
 
 def cost(w: Workload, r: Result) -> float | None:
@@ -190,6 +191,7 @@ class Row:
     nodes: dict[str, int | None]
     lp: float | None
     shaped: float | None  # the bound that knows which shapes fit which types
+    capped: float | None  # ... for plans launching no more nodes than the fewer of Ray's
 
 
 def run_scenario(
@@ -200,15 +202,18 @@ def run_scenario(
     for who in ("ours", "ray_v1", "ray_v2"):
         progress(f"  {w.label}: {who} ...")
         results[who] = measure(who, w, repeat if who == "ours" else 1, 10.0, timeout)
+    counts = {who: None if r.launched is None else r.launched.total() for who, r in results.items()}
+    fewest = _best_of_ray(counts)
     return Row(
         family.name,
         seed,
         w,
         results,
         {who: cost(w, r) for who, r in results.items()},
-        {who: None if r.launched is None else r.launched.total() for who, r in results.items()},
+        counts,
         bound(w),
         shaped_bound(w),
+        None if fewest is None else shaped_bound(w, int(fewest)),
     )
 
 
@@ -234,9 +239,13 @@ def report(rows: list[Row]) -> None:
     print(
         "| family | seed | bundles (groups) | nodes | time ours / v1 / v2 "
         "| nodes ours / v1 / v2 | cost ours / v1 / v2 | LP bound | ours / LP "
-        "| shape LP | ours / shape LP | ours <= fewer nodes? | ours <= cheaper? |"
+        "| shape LP | ours / shape LP | shape LP with <= fewer of Ray's nodes "
+        "| ours <= fewer nodes? | ours <= cheaper? |"
     )
-    print("| --- | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |")
+    print(
+        "| --- | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: "
+        "| --- | --- |"
+    )
     for row in rows:
         w, r, c, n = row.workload, row.results, row.costs, row.nodes
         times = " / ".join(r[k].time() for k in ("ours", "ray_v1", "ray_v2"))
@@ -249,7 +258,8 @@ def report(rows: list[Row]) -> None:
             f"| {row.family} | {row.seed} | {w.bundles:,} ({len(w.gangs)}) | {len(w.nodes):,} "
             f"| {times} | {counts} | {money} | {_fmt(row.lp)} "
             f"| {_fmt(_ratio(c['ours'], row.lp), 3)} | {_fmt(row.shaped)} "
-            f"| {_fmt(_ratio(c['ours'], row.shaped), 3)} | {fewer} | {cheaper} |"
+            f"| {_fmt(_ratio(c['ours'], row.shaped), 3)} | {_capped(row.capped, cheapest)} "
+            f"| {fewer} | {cheaper} |"
         )
     print("\n### Per family: ratios (mean, worst) over its scenarios\n")
     print(
@@ -266,6 +276,16 @@ def report(rows: list[Row]) -> None:
             _summary([_ratio(row.costs["ours"], row.shaped) for row in mine]),
         ]
         print(f"| {family} | {len(mine)} | {' | '.join(cells)} |")
+
+
+def _capped(value: float | None, cheapest: float | None) -> str:
+    """The node-capped bound, marked when it proves no plan is both as small and as cheap."""
+    if value is None:
+        return "n/a"
+    if value == float("inf"):
+        return "none fit"
+    mark = " (**both impossible**)" if cheapest is not None and value > cheapest + 1e-6 else ""
+    return f"{value:.2f}{mark}"
 
 
 def _verdict(ours: float | None, theirs: float | None, show: Callable[[float], str]) -> str:

@@ -280,3 +280,15 @@ def test_node_overhead_trades_a_little_money_for_fewer_nodes() -> None:
     result = plan(snapshot, fewer, record=True)
     assert result.launch == {"big": 2}
     _check(snapshot, fewer, result)
+
+
+def test_shape_bound_with_a_node_cap() -> None:
+    caps = {"small": {"CPU": 4}, "big": {"CPU": 16}}
+    prices = {"small": 0.19, "big": 0.80}
+    one = (("CPU", 1.0),)
+    assert abs((shape_bound({one: 32}, {}, caps, prices) or 0) - 8 * 0.19) < 1e-6
+    assert abs((shape_bound({one: 32}, {}, caps, prices, max_nodes=2) or 0) - 1.6) < 1e-6
+    # 4 nodes: 8/3 small and 4/3 big (fractional) is the least.
+    capped = shape_bound({one: 32}, {}, caps, prices, max_nodes=4) or 0
+    assert abs(capped - (0.19 * 8 / 3 + 0.80 * 4 / 3)) < 1e-6
+    assert shape_bound({one: 32}, {}, caps, prices, max_nodes=1) == float("inf")

@@ -449,21 +449,30 @@ def _gang_order(gangs: Sequence[Gang], settings: Settings) -> list[int]:
     then the biggest bundles: a STRICT_PACK sum that only a GPU type holds takes its node
     before GPU bundles look for a GPU, and CPU-only groups come last, into the spare room
     of the nodes launched for the others."""
+    launchable = [t.resources for t in settings.types.values() if t.max_workers > 0]
+    known: dict[tuple[tuple[str, float], ...], tuple[int, float, float]] = {}
 
-    def key(number: int) -> tuple[int, float, float]:
-        requests = _gang_requests(gangs[number])
-        types = sum(
-            1
-            for t in settings.types.values()
-            if t.max_workers > 0 and any(fits(t.resources, r) for r in requests)
-        )
-        return (
-            types,
-            -max((r.get("GPU", 0) for r in requests), default=0),
-            -max((sum(r.values()) for r in requests), default=0),
-        )
+    def rank(request: Resources) -> tuple[int, float, float]:
+        shape = tuple(request.items())  # as given: cheaper than sorting, same answer
+        if shape not in known:
+            known[shape] = (
+                sum(1 for r in launchable if fits(r, request)),
+                -request.get("GPU", 0.0),
+                -sum(request.values()),
+            )
+        return known[shape]
 
-    return sorted(range(len(gangs)), key=key)
+    def key(gang: Gang) -> tuple[int, float, float]:
+        if gang.strategy == "STRICT_PACK":
+            return rank(_gang_requests(gang)[0])
+        best, last = (1 << 30, 0.0, 0.0), None
+        for bundle in gang.bundles:
+            if bundle != last:  # the bundles of a group are often all alike
+                best, last = min(best, rank(bundle)), bundle
+        return best
+
+    keys = [key(g) for g in gangs]
+    return sorted(range(len(gangs)), key=keys.__getitem__)
 
 
 def _placements(state: _State) -> tuple[Placement, ...]:

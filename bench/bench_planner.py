@@ -67,13 +67,16 @@ class Workload:
     max_workers: int = MAX_WORKERS
     types: Mapping[str, Mapping[str, float]] = field(default_factory=lambda: TYPES)
     prices: Mapping[str, float] | None = None  # per type, given to our planner only
+    node_overhead: float | None = None  # our planner's Settings.node_overhead, if not default
 
     @property
     def bundles(self) -> int:
         return sum(c for _, c in self.pending) + sum(len(b) for _, b in self.gangs)
 
 
-def make_nodes(rng: random.Random, count: int) -> list[tuple[str, str, dict, dict]]:
+def make_nodes(
+    rng: random.Random, count: int
+) -> list[tuple[str, str, dict[str, float], dict[str, float]]]:
     """`count` running workers of the mixed types, each partially used (whole CPUs/GPUs)."""
     names = list(NODE_MIX)
     kinds = rng.choices(names, weights=[NODE_MIX[n] for n in names], k=count)
@@ -160,6 +163,8 @@ def ours_input(w: Workload) -> Callable[[], Counter[str]]:
         max_workers=w.max_workers,
         upscaling_speed=UPSCALING_SPEED,
     )
+    if w.node_overhead is not None:
+        settings = replace(settings, node_overhead=w.node_overhead)
 
     def call() -> Counter[str]:
         return Counter(plan(snapshot, settings).launch)
@@ -175,13 +180,16 @@ def v2_input(w: Workload) -> Callable[[], Counter[str]]:
     from ray.autoscaler.v2.scheduler import ResourceDemandScheduler, SchedulingRequest
     from ray.autoscaler.v2.schema import AutoscalerInstance
     from ray.autoscaler.v2.utils import ResourceRequestUtil
-    from ray.core.generated.autoscaler_pb2 import (
+    from ray.core.generated.autoscaler_pb2 import (  # type: ignore[attr-defined]
         GangResourceRequest,
         NodeState,
         NodeStatus,
         ResourceRequestByCount,
     )
-    from ray.core.generated.instance_manager_pb2 import Instance, NodeKind
+    from ray.core.generated.instance_manager_pb2 import (  # type: ignore[attr-defined]
+        Instance,
+        NodeKind,
+    )
 
     kind = ResourceRequestUtil.PlacementConstraintType
     instances = [
@@ -271,8 +279,11 @@ def v1_input(w: Workload) -> Callable[[], Counter[str]]:
         NodeAvailabilitySummary,
     )
     from ray.autoscaler._private.resource_demand_scheduler import ResourceDemandScheduler
-    from ray.core.generated.common_pb2 import Bundle, PlacementStrategy
-    from ray.core.generated.gcs_pb2 import PlacementGroupTableData
+    from ray.core.generated.common_pb2 import (  # type: ignore[attr-defined]
+        Bundle,
+        PlacementStrategy,
+    )
+    from ray.core.generated.gcs_pb2 import PlacementGroupTableData  # type: ignore[attr-defined]
 
     node_types = {
         name: {
@@ -307,7 +318,7 @@ def v1_input(w: Workload) -> Callable[[], Counter[str]]:
     def call() -> Counter[str]:
         scheduler = ResourceDemandScheduler(
             provider,  # type: ignore[arg-type]
-            node_types,  # type: ignore[arg-type]
+            node_types,
             w.max_workers,
             head_node_type="head",  # not among the types: these snapshots have no head
             upscaling_speed=UPSCALING_SPEED,

@@ -13,9 +13,9 @@ import random
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from bench_planner import STRATEGIES, Result, Workload, measure, progress
+from bench_planner import STRATEGIES, Result, Workload, measure, ours_input, progress
 
 from launcher.autoscaler.packing import Shape, fits, shape_of
 from launcher.autoscaler.plan_bound import lower_bound, shape_bound, shortfall
@@ -192,6 +192,7 @@ class Row:
     lp: float | None
     shaped: float | None  # the bound that knows which shapes fit which types
     capped: float | None  # ... for plans launching no more nodes than the fewer of Ray's
+    cheapest: tuple[int, float | None]  # ours with node_overhead 0: nodes, cost
 
 
 def run_scenario(
@@ -214,7 +215,14 @@ def run_scenario(
         bound(w),
         shaped_bound(w),
         None if fewest is None else shaped_bound(w, int(fewest)),
+        _by_price_alone(w),
     )
+
+
+def _by_price_alone(w: Workload) -> tuple[int, float | None]:
+    """Our plan with node_overhead 0 (cheapest, most nodes): nodes and cost, untimed."""
+    launched = ours_input(replace(w, node_overhead=0.0))()
+    return launched.total(), cost(w, Result([], launched))
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -264,9 +272,10 @@ def report(rows: list[Row]) -> None:
     print("\n### Per family: ratios (mean, worst) over its scenarios\n")
     print(
         "| family | scenarios | nodes ours / fewer of Ray | cost ours / cheaper of Ray "
-        "| cost ours / LP | cost Ray v1 / LP | cost Ray v2 / LP | cost ours / shape LP |"
+        "| cost ours / LP | cost Ray v1 / LP | cost Ray v2 / LP | cost ours / shape LP "
+        "| node_overhead 0: nodes / fewer of Ray | node_overhead 0: cost / shape LP |"
     )
-    print("| --- | ---: | --- | --- | --- | --- | --- | --- |")
+    print("| --- | ---: | --- | --- | --- | --- | --- | --- | --- | --- |")
     for family in dict.fromkeys(row.family for row in rows):
         mine = [row for row in rows if row.family == family]
         cells = [
@@ -274,6 +283,8 @@ def report(rows: list[Row]) -> None:
             _summary([_ratio(row.costs["ours"], _best_of_ray(row.costs)) for row in mine]),
             *(_summary([_ratio(row.costs[k], row.lp) for row in mine]) for k in row.costs),
             _summary([_ratio(row.costs["ours"], row.shaped) for row in mine]),
+            _summary([_ratio(row.cheapest[0], _best_of_ray(row.nodes)) for row in mine]),
+            _summary([_ratio(row.cheapest[1], row.shaped) for row in mine]),
         ]
         print(f"| {family} | {len(mine)} | {' | '.join(cells)} |")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,8 +74,12 @@ class KnownHosts:
         return self.path.read_text().splitlines() if self.path.exists() else []
 
     def _write(self, lines: list[str]) -> None:
-        self.path.write_text("".join(line + "\n" for line in lines))
-        self.path.chmod(0o600)
+        """Replace the file whole (a reader without the lock never sees half of it)."""
+        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write("".join(line + "\n" for line in lines))
+        os.replace(temporary, self.path)
 
     def keys_for(self, name: str, node: str | None = None) -> list[paramiko.PKey]:
         """The keys `name` may present when it is `node`: those recorded for `node` and
@@ -119,6 +124,11 @@ class KnownHosts:
         self._drop(lambda entry: entry.node in nodes)
 
     def _drop(self, matches: Callable[[Entry], bool]) -> None:
+        # Most removals find nothing to drop (no SSH to those nodes yet, or no file): look
+        # first without the lock; a file is only ever replaced whole, so a read sees a whole
+        # one, and a line added meanwhile is for a node that is not going away.
+        if not any((e := parse_line(line)) and matches(e) for line in self._lines()):
+            return
         with self._locked():
             lines = self._lines()
             kept = [line for line in lines if not ((e := parse_line(line)) and matches(e))]

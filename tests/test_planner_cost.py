@@ -292,3 +292,17 @@ def test_shape_bound_with_a_node_cap() -> None:
     capped = shape_bound({one: 32}, {}, caps, prices, max_nodes=4) or 0
     assert abs(capped - (0.19 * 8 / 3 + 0.80 * 4 / 3)) < 1e-6
     assert shape_bound({one: 32}, {}, caps, prices, max_nodes=1) == float("inf")
+
+
+def test_a_free_type_is_launched_before_priced_ones() -> None:
+    # On-prem machines priced 0 beside a cloud type: the free ones first, then the cloud.
+    types = {
+        "onprem": TypeInfo("onprem", {"CPU": 4}, 0, 2, price=0.0),
+        "cloud": TypeInfo("cloud", {"CPU": 8}, 0, 10, price=0.4),
+    }
+    head = NodeView("head", "onprem", is_head=True, total={"CPU": 2}, available={})
+    snapshot = Snapshot((head,), pending=(({"CPU": 4}, 6),))
+    config = Settings(types, 20, upscaling_speed=1e6)
+    result = plan(snapshot, config, record=True)
+    assert result.launch == {"onprem": 2, "cloud": 2}
+    _check(snapshot, config, result)

@@ -18,6 +18,7 @@ that a node's worth is weighed against what it really costs to run one more node
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -83,7 +84,7 @@ def choose_mix(
     )[:MAX_OTHERS]
     scored: list[tuple[float, float, Offer, int, tuple[tuple[Shape, int], ...]]] = []
     for offer in offers:
-        if offer.room <= 0 or offer.price <= 0:
+        if offer.room <= 0:
             continue
         lead = min(how_many(offer.resources, request), count)
         if lead <= 0:
@@ -91,7 +92,8 @@ def choose_mix(
         rest = {k: v - lead * request.get(k, 0.0) for k, v in offer.resources.items()}
         value, packed = _fill(rest, candidates)
         value += lead * lead_worth
-        scored.append((value / offer.price, value, offer, lead, packed))
+        score = value / offer.price if offer.price > 0 else math.inf  # a free type: best
+        scored.append((score, value, offer, lead, packed))
     if not scored:
         return None
     top = max(score for score, *_ in scored)

@@ -306,3 +306,17 @@ def test_a_free_type_is_launched_before_priced_ones() -> None:
     result = plan(snapshot, config, record=True)
     assert result.launch == {"onprem": 2, "cloud": 2}
     _check(snapshot, config, result)
+
+
+def test_a_shape_only_an_unpriced_type_holds_still_gets_it() -> None:
+    # Prices for some types only: GPU work that only the unpriced type holds launches it.
+    types = {
+        "cpu": TypeInfo("cpu", {"CPU": 8}, 0, 10, price=0.4),
+        "gpu": TypeInfo("gpu", {"CPU": 8, "GPU": 1}, 0, 10),
+    }
+    head = NodeView("head", "cpu", is_head=True, total={"CPU": 2}, available={})
+    snapshot = Snapshot((head,), pending=(({"CPU": 1, "GPU": 1}, 2), ({"CPU": 4}, 2)))
+    config = Settings(types, 20, upscaling_speed=1e6)
+    result = plan(snapshot, config, record=True)
+    assert result.launch == {"gpu": 2}  # the CPU bundles take their spare CPUs
+    _check(snapshot, config, result)

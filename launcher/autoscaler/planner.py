@@ -346,7 +346,20 @@ class _State:
         """With prices: the type to launch for `count` bundles of `request` and what other
         shapes (`left`: how many of each are unplaced) its nodes can hold (`plan_mix`).
         Types follow `choose_type`'s rules: CPU-only work on CPU-only types when one fits,
-        an unavailable type's fallbacks first in its place."""
+        an unavailable type's fallbacks first in its place. When no priced type can take
+        it, `choose_type`'s pick, one node at a time."""
+        mix = self._priced_mix(shape, request, count, left)
+        if mix is not None:
+            return mix
+        name = self.choose_type(request, count)
+        if name is None:
+            return None
+        per_node = how_many(self.settings.types[name].resources, request)
+        return Mix(name, max(1, min(per_node, count)), (), 1)
+
+    def _priced_mix(
+        self, shape: Shape, request: Resources, count: int, left: Mapping[Shape, int]
+    ) -> Mix | None:
         own = self.worth(shape, request)
         if own is None:
             return None

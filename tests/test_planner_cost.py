@@ -45,9 +45,12 @@ STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 @st.composite
 def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Settings]:
-    priced = draw(st.booleans())
+    # Prices on every type, none, or some (the others unpriced).
+    priced = draw(st.sampled_from(("all", "none", "some")))
+    keep = {t.name: priced == "all" or (priced == "some" and draw(st.booleans())) for t in TYPES}
     types = {
-        t.name: t if priced else TypeInfo(t.name, t.resources, 0, t.max_workers) for t in TYPES
+        t.name: t if keep[t.name] else TypeInfo(t.name, t.resources, 0, t.max_workers)
+        for t in TYPES
     }
     # A running head, so upscaling_speed (huge) rather than the minimum burst limits launches.
     nodes = [NodeView("head", "m4", is_head=True, total={"CPU": 2}, available={})]

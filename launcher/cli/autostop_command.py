@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from launcher.cli.app import Settings, cli
-from launcher.cli.cluster_commands import _config, config_argument, name_option
+from launcher.cli.cluster_commands import cli_config, config_argument, name_option
 from launcher.cluster.autostop_setting import parse_idle_minutes, set_autostop, what_happens
 from launcher.config.model import Autostop
 from launcher.errors import UsageError
@@ -41,7 +41,7 @@ def autostop(
     if not cancel and idle_minutes is None:
         raise UsageError("give -i N (minutes idle before the cluster stops) or --cancel")
     setting = None if cancel else Autostop(parse_idle_minutes(idle_minutes or ""), down)
-    config = _config(cluster_config_file, cluster_name)
+    config = cli_config(cluster_config_file, cluster_name)
     set_autostop(config, setting)
     if setting is None:
         settings.output.line(f"Autostop cancelled for cluster {config.cluster_name}.")

@@ -86,7 +86,9 @@ def session_options(f: F) -> F:
     return click.option("--tmux", is_flag=True, help="Run in a detached tmux session.")(f)
 
 
-def _confirm(yes: bool) -> Callable[[str], bool]:
+def confirmer(yes: bool) -> Callable[[str], bool]:
+    """Asks a yes/no question at a terminal; with -y, answers yes; elsewhere, refuses."""
+
     def confirm(question: str) -> bool:
         if yes:
             return True
@@ -97,7 +99,8 @@ def _confirm(yes: bool) -> Callable[[str], bool]:
     return confirm
 
 
-def _config(path: str, cluster_name: str | None) -> ClusterConfig:
+def cli_config(path: str, cluster_name: str | None) -> ClusterConfig:
+    """The config a command names, with its --cluster-name override."""
     return load_config(path, Overrides(cluster_name=cluster_name))
 
 
@@ -109,7 +112,7 @@ def _up(
     settings: Settings, path: str, overrides: Overrides, yes: bool, options: lifecycle.UpOptions
 ) -> lifecycle.UpResult:
     with ProgressView(settings.output.err_console) as view:
-        result = lifecycle.up(path, overrides, options, view, _confirm(yes))
+        result = lifecycle.up(path, overrides, options, view, confirmer(yes))
     out = settings.output
     workers = len(result.workers)
     out.line(
@@ -137,7 +140,7 @@ def _down(
             workers_only=workers_only,
             keep_min_workers=keep_min_workers,
             events=view,
-            confirm=_confirm(yes),
+            confirm=confirmer(yes),
             purge=purge,
         )
     if not result.terminated and not result.removed:
@@ -290,7 +293,7 @@ def _run_with_lifecycle(
     try:
         if start:
             _up(settings, path, Overrides(cluster_name=cluster_name), True, lifecycle.UpOptions())
-        return action(_config(path, cluster_name))
+        return action(cli_config(path, cluster_name))
     finally:
         if stop:
             previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish the teardown
@@ -423,7 +426,7 @@ def _rsync(up: bool) -> Callable[..., None]:
         target: str,
         cluster_name: str | None,
     ) -> None:
-        ops.rsync(_config(cluster_config_file, cluster_name), source, target, up=up)
+        ops.rsync(cli_config(cluster_config_file, cluster_name), source, target, up=up)
 
     return command
 
@@ -442,7 +445,7 @@ cli.command(name="rsync-down", help="Copy SOURCE on the head node to TARGET on t
 @click.pass_obj
 def get_head_ip(settings: Settings, cluster_config_file: str, cluster_name: str | None) -> None:
     """Print the head node's IP."""
-    click.echo(ops.head_ip(_config(cluster_config_file, cluster_name)))
+    click.echo(ops.head_ip(cli_config(cluster_config_file, cluster_name)))
 
 
 @cli.command(name="get-worker-ips")
@@ -451,7 +454,7 @@ def get_head_ip(settings: Settings, cluster_config_file: str, cluster_name: str 
 @click.pass_obj
 def get_worker_ips(settings: Settings, cluster_config_file: str, cluster_name: str | None) -> None:
     """Print the workers' IPs, one per line."""
-    for ip in ops.worker_ips(_config(cluster_config_file, cluster_name)):
+    for ip in ops.worker_ips(cli_config(cluster_config_file, cluster_name)):
         click.echo(ip)
 
 
@@ -464,7 +467,7 @@ def status(
     settings: Settings, cluster_config_file: str, as_json: bool, cluster_name: str | None
 ) -> None:
     """Show the cluster's nodes: kind, type, IP, state and resources."""
-    result = ops.status(_config(cluster_config_file, cluster_name))
+    result = ops.status(cli_config(cluster_config_file, cluster_name))
     if as_json:
         settings.output.json(result.to_json())
         return
@@ -493,7 +496,9 @@ def monitor(
     cluster_name: str | None,
 ) -> None:
     """Show the autoscaler's log on the head node (following it until Ctrl-C)."""
-    sys.exit(ops.monitor(_config(cluster_config_file, cluster_name), lines, not no_follow, _echo))
+    sys.exit(
+        ops.monitor(cli_config(cluster_config_file, cluster_name), lines, not no_follow, _echo)
+    )
 
 
 @cli.command()

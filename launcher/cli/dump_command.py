@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from launcher.cli.app import Settings, cli
-from launcher.cli.cluster_commands import _config, config_argument, name_option
+from launcher.cli.cluster_commands import cli_config, config_argument, name_option
 from launcher.cluster.dump import DumpOptions, dump
 from launcher.cluster.dump_plan import format_size, parse_size, summary_lines
 from launcher.errors import UsageError
@@ -74,7 +74,7 @@ def cluster_dump(
     A node that cannot be reached is named in the summary and the dump is written
     without it; the exit code is 1 only when nothing could be gathered from any node.
     """
-    config = _config(cluster_config_file, cluster_name)
+    config = cli_config(cluster_config_file, cluster_name)
     err = settings.output.err_console
 
     def progress(line: str) -> None:

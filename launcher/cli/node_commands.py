@@ -11,9 +11,9 @@ import click
 
 from launcher.cli.app import Settings, cli
 from launcher.cli.cluster_commands import (
-    _config,
-    _confirm,
+    cli_config,
     config_argument,
+    confirmer,
     name_option,
     yes_option,
 )
@@ -55,9 +55,9 @@ def kill_random_node_command(
 ) -> None:
     """Kill a random worker, to see the cluster and its jobs survive it: stop its Ray, or
     with --hard take the node away. The autoscaler replaces it."""
-    config = _config(cluster_config_file, cluster_name)
+    config = cli_config(cluster_config_file, cluster_name)
     what = "take a random worker away" if hard else "stop Ray on a random worker"
-    if not _confirm(yes)(f"This will {what} of cluster {config.cluster_name}. Go on?"):
+    if not confirmer(yes)(f"This will {what} of cluster {config.cluster_name}. Go on?"):
         raise click.exceptions.Exit(1)
 
     def noticed(node: Node, at: float) -> None:
@@ -109,7 +109,7 @@ def dashboard(
 ) -> None:
     """Forward Ray's dashboard from the head to this machine until Ctrl-C, and print its
     local URL once it answers."""
-    session = connect(_config(cluster_config_file, cluster_name))
+    session = connect(cli_config(cluster_config_file, cluster_name))
     with forwarded_dashboard(session, port, remote_port) as (url, head_port):
         settings.output.line(
             f"Ray dashboard of cluster {session.config.cluster_name}: {url} (the head's port "

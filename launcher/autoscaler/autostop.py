@@ -24,7 +24,14 @@ from pathlib import Path
 from launcher.config.model import Autostop, ClusterConfig
 from launcher.errors import LauncherError
 from launcher.paths import cluster_dir
-from launcher.providers.base import TAG_AUTOSTOPPED, Node, NodeKind, NodeProvider, head_of
+from launcher.providers.base import (
+    TAG_AUTOSTOPPED,
+    Node,
+    NodeKind,
+    NodeProvider,
+    head_of,
+    wait_unlisted,
+)
 from launcher.records.keeping import note_gone, note_listing
 from launcher.records.ledger import ClusterState
 
@@ -90,18 +97,12 @@ def _terminate(
 
 
 def _wait_gone(provider: NodeProvider, nodes: list[Node], sleep: Callable[[float], None]) -> None:
-    wanted = {n.id for n in nodes}
-    deadline = time.monotonic() + GONE_WAIT_S
-    while True:
-        left = wanted & {n.id for n in provider.nodes()}
-        if not left:
-            return
-        if time.monotonic() > deadline:
-            raise LauncherError(
-                f"autostop: {', '.join(sorted(left))} still listed {GONE_WAIT_S:g} s after "
-                "being removed; the cluster was not stopped"
-            )
-        sleep(POLL_S)
+    left = wait_unlisted(provider, [n.id for n in nodes], GONE_WAIT_S, poll_s=POLL_S, sleep=sleep)
+    if left:
+        raise LauncherError(
+            f"autostop: {', '.join(sorted(n.id for n in left))} still listed {GONE_WAIT_S:g} s "
+            "after being removed; the cluster was not stopped"
+        )
 
 
 def read_autostop(path: str, configured: Autostop | None) -> Autostop | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError, NoClusterError, UsageError
 from launcher.paths import node_log
-from launcher.providers.base import Node, NodeKind, NodeProvider, NodeState
+from launcher.providers.base import Node, NodeKind, NodeProvider, NodeState, wait_unlisted
 from launcher.providers.factory import make_provider
 from launcher.updater.runner import node_runner
 
@@ -107,15 +107,13 @@ def _wait_until(
     sleep: Callable[[float], None],
 ) -> None:
     """Until the provider lists `node` gone (or, `reclaimed`, preempted)."""
-    deadline = clock() + GONE_WAIT_S
-    while True:
-        listed = next((n for n in provider.nodes() if n.id == node.id), None)
-        if listed is None or (reclaimed and listed.state is NodeState.PREEMPTED):
-            return
-        if clock() >= deadline:
-            raise LauncherError(
-                f"asked to {'reclaim' if reclaimed else 'terminate'} worker {node.id}, but "
-                f"it is still listed ({listed.state.value}) after {GONE_WAIT_S:g} s; "
-                "check it with `launcher status`"
-            )
-        sleep(2.0)
+    gone_states = (NodeState.PREEMPTED,) if reclaimed else ()
+    left = wait_unlisted(
+        provider, [node.id], GONE_WAIT_S, gone_states=gone_states, clock=clock, sleep=sleep
+    )
+    if left:
+        raise LauncherError(
+            f"asked to {'reclaim' if reclaimed else 'terminate'} worker {node.id}, but "
+            f"it is still listed ({left[0].state.value}) after {GONE_WAIT_S:g} s; "
+            "check it with `launcher status`"
+        )

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -340,3 +341,25 @@ def head_of(nodes: Sequence[Node]) -> Node | None:
     """The cluster's head among `nodes` (the oldest, should there be more than one)."""
     heads = [n for n in nodes if n.kind is NodeKind.HEAD]
     return min(heads, key=lambda n: n.created_at) if heads else None
+
+
+def wait_unlisted(
+    provider: NodeProvider,
+    ids: Collection[str],
+    timeout_s: float,
+    *,
+    poll_s: float = 2.0,
+    gone_states: Collection[NodeState] = (),
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[Node]:
+    """List the provider's nodes until none of `ids` is listed (one listed in a state of
+    `gone_states` counts as gone). Returns [] then, or the nodes still listed once
+    `timeout_s` has passed; the caller says what that means."""
+    wanted = set(ids)
+    deadline = clock() + timeout_s
+    while True:
+        left = [n for n in provider.nodes() if n.id in wanted and n.state not in gone_states]
+        if not left or clock() >= deadline:
+            return left
+        sleep(poll_s)

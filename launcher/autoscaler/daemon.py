@@ -198,6 +198,9 @@ class Daemon:
         self.noticed: set[str] = set()  # given notice of a reclaim (until it is gone)
         self.evacuated: set[str] = set()  # noticed nodes whose Ray was stopped to move work
         self.reported: dict[str, float] = {}  # node id -> reclaim time, reported by the node
+        # As read and listed at the last tick: what `_stale_notices` decides from.
+        self.last_notices: tuple[tuple[str, float], ...] = ()
+        self.last_listed_ids: set[str] = set()
         self.last_resync = 0.0
         self.idle = IdleTimer()
         self.gcs_read = False  # whether this tick's demand was read from Ray
@@ -273,6 +276,7 @@ class Daemon:
         nodes = listed + self.executor.unlisted(listed)
         ids = {n.id for n in nodes}
         merged = {**self.reported, **dict(demand.notices)}
+        self.last_notices, self.last_listed_ids = demand.notices, ids
         self.reported = {i: at for i, at in merged.items() if i in ids}
         nodes = with_notices(nodes, self.reported.items())
         head = head_of(nodes)
@@ -422,9 +426,21 @@ class Daemon:
             if self.reader is not None:
                 self.reader.close()
             self.reader = GcsDemandReader(address, log)
-        demand = self.reader.read()
+        demand = self.reader.read(self._stale_notices())
         self.gcs_read = demand is not None
         return demand or Demand()
+
+    def _stale_notices(self) -> list[str]:
+        """Nodes whose notices (read last tick) to delete from Ray's KV: gone from the
+        listing, and past their reclaim time with its grace (so never a node that is about
+        to be listed, or one listed again after a listing that missed it)."""
+        now = self.wall_clock()
+        listed = self.last_listed_ids
+        return [
+            node_id
+            for node_id, at in self.last_notices
+            if node_id not in listed and at + RECLAIM_GRACE_S < now
+        ]
 
     def _decided(self, text: str, action: str) -> None:
         """Log a decision when it differs from the last tick's, so the log stays readable."""

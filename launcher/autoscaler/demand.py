@@ -13,10 +13,11 @@ here (`launcher.autoscaler.gcs`), with demand passed as one JSON line per read.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -149,6 +150,13 @@ class DemandReader:
             return ()
         return tuple(found)
 
+    def forget_notices(self, node_ids: Sequence[str]) -> None:
+        """Delete the notices these nodes reported (they are gone): one small key each."""
+        namespace = NOTICE_NAMESPACE.encode()
+        for node_id in node_ids:
+            with contextlib.suppress(Exception):  # tried again at a later tick
+                self.client.internal_kv_del((NOTICE_PREFIX + node_id).encode(), False, namespace)
+
     def _jobs(self) -> tuple[str, ...]:
         try:
             jobs = self.client.get_all_job_info(
@@ -210,6 +218,20 @@ def decode(data: Mapping[str, Any]) -> Demand:
     )
 
 
+def request_line(forget: Sequence[str] = ()) -> str:
+    """A request: `read`, or `read` with the node ids whose notices to delete first."""
+    return f"read {json.dumps(list(forget))}\n" if forget else "read\n"
+
+
+def _forget_of(request: str) -> list[str]:
+    _, _, rest = request.strip().partition(" ")
+    try:
+        ids = json.loads(rest) if rest else []
+    except ValueError:
+        return []
+    return [str(i) for i in ids] if isinstance(ids, list) else []
+
+
 def serve(gcs_address: str, requests: TextIO, replies: TextIO) -> None:
     """Answer each request line with {"demand": ...} or {"error": "..."} on one line."""
     from ray.autoscaler.v2.sdk import get_cluster_resource_state  # noqa: F401  (import cost here)
@@ -217,9 +239,10 @@ def serve(gcs_address: str, requests: TextIO, replies: TextIO) -> None:
     replies.write(READY_LINE + "\n")
     replies.flush()
     reader: DemandReader | None = None
-    for _ in requests:
+    for request in requests:
         try:
             reader = reader or DemandReader(gcs_address)
+            reader.forget_notices(_forget_of(request))
             reply: dict[str, Any] = {"demand": encode(reader.read())}
         except Exception as exc:  # reported to the parent, which decides what it means
             reader = None

@@ -21,10 +21,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import IO
 
-from launcher.autoscaler.demand import READY_LINE, Demand, decode
+from launcher.autoscaler.demand import READY_LINE, Demand, decode, request_line
 
 READ_TIMEOUT_S = 15.0  # one read of the demand (a live GCS answers in milliseconds)
 START_TIMEOUT_S = 60.0  # the child importing Ray (seconds on a busy machine)
@@ -85,10 +85,10 @@ class _Child:
         line, _, self.pending = self.pending.partition(b"\n")
         return line.decode(errors="replace")
 
-    def ask(self, timeout_s: float) -> str:
+    def ask(self, timeout_s: float, forget: Sequence[str] = ()) -> str:
         assert self.process.stdin is not None
         try:
-            self.process.stdin.write(b"read\n")
+            self.process.stdin.write(request_line(forget).encode())
             self.process.stdin.flush()
         except OSError as exc:
             raise EOFError(self._ended()) from exc
@@ -127,9 +127,10 @@ class GcsDemandReader:
         self.failures = 0  # reads that timed out or died in a row
         self.retry_at = 0.0
 
-    def read(self) -> Demand | None:
+    def read(self, forget_notices: Sequence[str] = ()) -> Demand | None:
         """Ray's demand now, or None when it cannot be read (never blocks longer than the
-        child's start and one read, and only when the GCS accepts connections)."""
+        child's start and one read, and only when the GCS accepts connections). The
+        notices of `forget_notices` (node ids) are deleted first."""
         if time.monotonic() < self.retry_at:
             return None
         refused = gcs_accepts(self.address)
@@ -142,7 +143,7 @@ class GcsDemandReader:
                 self.child = _Child(self.address)
                 if self.child.line(self.start_timeout_s) != READY_LINE:
                     raise EOFError("the reading process did not start")
-            reply = json.loads(self.child.ask(self.read_timeout_s))
+            reply = json.loads(self.child.ask(self.read_timeout_s, forget_notices))
         except (TimeoutError, EOFError, ValueError) as exc:
             self._stop_child()
             self.failures += 1

@@ -548,18 +548,23 @@ def _tidy(state: _State, first_new: int, first_decision: int) -> None:
     """After placement, a new node whose contents fit a cheaper type becomes one (the last
     node launched for a shape is often partly used); the log says so. Nodes launched for
     min_workers (before `first_new`) are left as they are. Resized slots keep their tier in
-    the packer: nothing is searched on it after this."""
+    the packer: nothing is searched on it after this. Nodes filled alike (a mix repeated)
+    get the answer found for the first of them while its type still has room."""
     types = state.settings.types
     capacities = {n: t.resources for n, t in types.items()}
     prices = {n: t.price for n, t in types.items() if n not in state.unavailable}
     resized: Counter[tuple[str, str]] = Counter()
+    known: dict[tuple[str, tuple[tuple[str, float], ...]], str | None] = {}
     for index in range(first_new, len(state.slots)):
         slot = state.slots[index]
         if slot.node_id is not None:
             continue
         used = {k: v - slot.free.get(k, 0.0) for k, v in slot.total.items()}
-        room = [n for n in prices if types[n].max_workers > 0 and state.room(n) > 0]
-        better = cheaper_type(used, slot.node_type, capacities, prices, room)
+        key = (slot.node_type, tuple(used.items()))
+        better = known.get(key, slot.node_type)
+        if better == slot.node_type or (better is not None and state.room(better) <= 0):
+            room = [n for n in prices if types[n].max_workers > 0 and state.room(n) > 0]
+            better = known[key] = cheaper_type(used, slot.node_type, capacities, prices, room)
         if better is not None:
             resized[slot.node_type, better] += 1
             _resize(state, index, better, used)

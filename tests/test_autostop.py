@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ import pytest
 from launcher.autoscaler.autostop import open_sessions, read_autostop
 from launcher.autoscaler.demand import JOBS_UNKNOWN, Demand, RayNode
 from launcher.autoscaler.idle import IdleTimer, busy_reasons, due
+from launcher.cluster.ops import marked_session, wrap_session
 from launcher.config.loader import parse_config
 from launcher.config.model import Autostop
 from launcher.paths import cluster_dir
@@ -93,6 +95,36 @@ def test_sessions_count_while_their_shell_runs_and_stale_ones_are_removed(tmp_pa
     assert open_sessions(str(tmp_path)) == 1
     assert not (tmp_path / str(gone.pid)).exists()
     assert open_sessions(str(tmp_path / "none")) == 0
+
+
+@pytest.mark.parametrize("engine", ["tmux", "screen"])
+def test_a_command_run_detached_counts_as_a_session_while_it_runs(
+    tmp_path: Path, engine: str
+) -> None:
+    """`exec --tmux/--screen`: the shell that starts the session ends at once; the command
+    inside counts until it ends (the shell left open after it does not)."""
+    if shutil.which(engine) is None:
+        pytest.skip(f"{engine} is not installed here (scripts/test installs it)")
+    folder = str(tmp_path / "sessions")
+    go = tmp_path / "go"
+    wrapped, name = wrap_session(
+        f"while [ ! -e {go} ]; do sleep 0.1; done",
+        screen=engine == "screen",
+        tmux=engine == "tmux",
+        folder=folder,
+    )
+    env = {**os.environ, "TMUX_TMPDIR": str(tmp_path), "SCREENDIR": str(tmp_path / "screens")}
+    (tmp_path / "screens").mkdir(mode=0o700)
+    try:
+        subprocess.run(["bash", "-c", marked_session(wrapped, folder)], env=env, check=True)
+        wait_for(lambda: open_sessions(folder) == 1, 30, "the detached command's session")
+        go.touch()
+        wait_for(lambda: open_sessions(folder) == 0, 30, "the session to end with its command")
+    finally:
+        stop = ["tmux", "kill-session", "-t", str(name)]
+        if engine == "screen":
+            stop = ["screen", "-S", str(name), "-X", "quit"]
+        subprocess.run(stop, env=env, capture_output=True, check=False)
 
 
 def test_autostop_config_key_is_validated() -> None:

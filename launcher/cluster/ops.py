@@ -38,21 +38,23 @@ class RunOptions:
     port_forward: tuple[tuple[int, int], ...] = ()
 
 
-def wrap_session(command: str, *, screen: bool, tmux: bool) -> tuple[str, str | None]:
-    """The command to run detached in tmux or screen, and the session's name."""
+def wrap_session(
+    command: str, *, screen: bool, tmux: bool, folder: str = SESSIONS_DIR
+) -> tuple[str, str | None]:
+    """The command to run detached in tmux or screen, and the session's name. While the
+    command runs there (not the shell left open after it), it counts as an open session."""
     if not (screen or tmux):
         return command, None
     name = f"launcher-{int(time.time())}"
-    inner = shlex.quote(f"{command}; exec bash")
+    inner = shlex.quote(f"bash -c {shlex.quote(marked_session(command, folder))}; exec bash")
     if tmux:
         return f"tmux new-session -d -s {name} bash -c {inner}", name
     return f"screen -dmS {name} bash -c {inner}", name
 
 
-def marked_session(command: str) -> str:
+def marked_session(command: str, folder: str = SESSIONS_DIR) -> str:
     """`command` run as an open session on the head, which autostop waits for: a file named
     by the shell's process id while it runs (its `exec` keeps that id)."""
-    folder = SESSIONS_DIR
     return f"mkdir -p {folder} && echo $$ > {folder}/$$; trap 'rm -f {folder}/$$' EXIT; {command}"
 
 

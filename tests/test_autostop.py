@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from launcher.autoscaler.autostop import open_sessions, read_autostop
+from launcher.autoscaler.autostop import open_sessions, process_start, read_autostop
 from launcher.autoscaler.demand import JOBS_UNKNOWN, Demand, RayNode
 from launcher.autoscaler.idle import IdleTimer, busy_reasons, due
 from launcher.cluster.ops import marked_session, wrap_session
@@ -32,6 +34,7 @@ from tests.cluster_helpers import (
     wait_for,
 )
 
+REPO = Path(__file__).resolve().parent.parent
 IDLE_NODE = RayNode("n1", "127.0.0.2", {"CPU": 2.0}, {"CPU": 2.0}, 30.0, True)
 BUSY_NODE = RayNode("n2", "127.0.0.3", {"CPU": 2.0}, {"CPU": 1.0}, 0.0, True)
 
@@ -95,6 +98,33 @@ def test_sessions_count_while_their_shell_runs_and_stale_ones_are_removed(tmp_pa
     assert open_sessions(str(tmp_path)) == 1
     assert not (tmp_path / str(gone.pid)).exists()
     assert open_sessions(str(tmp_path / "none")) == 0
+
+
+def test_a_session_file_whose_pid_was_reused_is_stale(tmp_path: Path) -> None:
+    """The marker holds its shell's start time: a process given the same pid later (a
+    stale file after a crash) does not keep the cluster busy."""
+    started = process_start(os.getpid())
+    assert started is not None
+    (tmp_path / str(os.getpid())).write_text(f"{os.getpid()} {int(started) + 1}\n")
+    assert open_sessions(str(tmp_path)) == 0
+    assert not (tmp_path / str(os.getpid())).exists()
+    (tmp_path / str(os.getpid())).write_text(f"{os.getpid()} {started}\n")
+    assert open_sessions(str(tmp_path)) == 1
+
+
+def test_the_session_shell_marks_itself_with_its_start_time(tmp_path: Path) -> None:
+    folder = str(tmp_path / "sessions")
+    code = (
+        f"import sys; sys.path.insert(0, {str(REPO)!r}); "
+        "from launcher.autoscaler.autostop import open_sessions; "
+        f"print(open_sessions({folder!r}))"
+    )
+    count = f"{sys.executable} -c {shlex.quote(code)}"
+    shown = subprocess.run(
+        ["bash", "-c", marked_session(count, folder)], capture_output=True, text=True, check=True
+    )
+    assert shown.stdout.strip() == "1"  # its own marker, with its start time, counts
+    assert not list(Path(folder).iterdir())  # and is gone with the shell
 
 
 @pytest.mark.parametrize("engine", ["tmux", "screen"])

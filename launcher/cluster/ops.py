@@ -54,8 +54,13 @@ def wrap_session(
 
 def marked_session(command: str, folder: str = SESSIONS_DIR) -> str:
     """`command` run as an open session on the head, which autostop waits for: a file named
-    by the shell's process id while it runs (its `exec` keeps that id)."""
-    return f"mkdir -p {folder} && echo $$ > {folder}/$$; trap 'rm -f {folder}/$$' EXIT; {command}"
+    by the shell's process id while it runs (its `exec` keeps that id), holding the id and
+    the process's start time (so a later process given the same id is not taken for it)."""
+    started = "$(sed 's/.*) //' /proc/$$/stat 2>/dev/null | cut -d' ' -f20)"
+    return (
+        f'mkdir -p {folder} && echo "$$ {started}" > {folder}/$$; '
+        f"trap 'rm -f {folder}/$$' EXIT; {command}"
+    )
 
 
 @contextlib.contextmanager

@@ -677,6 +677,7 @@ def _place_mixed(state: _State, shapes: Sequence[tuple[Shape, int]]) -> None:
             launched[mix.node_type] += mix.nodes
         state.pending[shape] -= count
         _tell(state, request, count, left[shape], launched)
+        left[shape] = 0  # what could not be placed waits: no later mix takes it
 
 
 def _fill_free(state: _State, shape: Shape, request: Resources, count: int) -> int:

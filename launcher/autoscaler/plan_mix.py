@@ -27,7 +27,8 @@ from launcher.autoscaler.packing import Resources, Shape, fits, how_many, needs_
 # What a node costs besides its price (Ray's daemons, its disk and address, one more machine
 # to start and lose), as a share of the cheapest type's price: the default of
 # `Settings.node_overhead`. Measured on bench/planner_cost.py: 0 gives the cheapest plans and
-# the most nodes; 1.0 cuts nodes (2.1x -> 1.1x Ray's on the aws family) for 3-6 % more cost.
+# the most nodes; 1.0 cuts nodes (2.1x -> 1.1x Ray's on the aws family) for 1-5 % more cost
+# per family (against the shape-aware bound).
 NODE_OVERHEAD = 1.0
 TIE = 1e-6  # scores this close (relative) are equal: float noise in prices linear in size
 MAX_OTHERS = 8  # other shapes offered to fill a node, the most valuable pending first

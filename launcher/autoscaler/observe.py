@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 
 from launcher.autoscaler.demand import Demand, RayNode
 from launcher.autoscaler.executor import PendingLaunch
@@ -34,12 +35,15 @@ def planner_settings(config: ClusterConfig, spec: ProviderSpec, prices: PriceTab
             priority=node_type.priority or 0,
             fallbacks=tuple(config.fallbacks.get(name, ())),
         )
-    return Settings(
+    settings = Settings(
         types=types,
         max_workers=config.max_workers,
         upscaling_speed=config.upscaling_speed,
         idle_timeout_s=config.idle_timeout_minutes * 60,
     )
+    if config.node_overhead is not None:
+        settings = replace(settings, node_overhead=config.node_overhead)
+    return settings
 
 
 def snapshot(

@@ -61,6 +61,7 @@ def build_config(
         metadata=freeze(merged.get("metadata", {})),
         fallbacks=freeze(_fallbacks(merged)),
         autostop=_autostop(merged),
+        node_overhead=_node_overhead(merged),
         no_restart=bool(merged.get("no_restart", False)),
         source=source,
         warnings=tuple(warnings),
@@ -73,6 +74,11 @@ def _autostop(merged: Mapping[str, Any]) -> Autostop | None:
     if not raw:
         return None
     return Autostop(float(raw["idle_minutes"]), bool(raw.get("down", False)))
+
+
+def _node_overhead(merged: Mapping[str, Any]) -> float | None:
+    raw = ((merged.get("metadata") or {}).get("launcher") or {}).get("node_overhead")
+    return None if raw is None else float(raw)
 
 
 def _fallbacks(merged: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:

@@ -136,6 +136,7 @@ class ClusterConfig:
     # metadata.launcher.fallbacks: node type -> types to launch instead, in order.
     fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     autostop: Autostop | None = None  # metadata.launcher.autostop
+    node_overhead: float | None = None  # metadata.launcher.node_overhead (None: the planner's)
     no_restart: bool = False
     source: str | None = None
     warnings: tuple[Problem, ...] = ()

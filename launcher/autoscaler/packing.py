@@ -179,13 +179,21 @@ class Packer:
         tier = self._tiers[gpu]
         position = self._cursors.get((gpu, shape), 0)
         block = -1
+        asked = [(k, v) for k, v in request.items() if v > 0]  # how_many's terms, once
         while count > 0 and position < len(tier):
             if position // BLOCK != block:  # entering a block: skip those too full
                 position = tier.next_open(position, request)
                 block = position // BLOCK
                 continue
             index = tier.indexes[position]
-            placed = min(count, how_many(self.slots[index].free, request))
+            free = self.slots[index].free
+            placed = count  # min(count, how_many(free, request)), stopping at the first 0
+            for key, value in asked:
+                fit = math.floor((free.get(key, 0.0) + EPS) / value)
+                if fit < placed:
+                    placed = fit
+                    if placed <= 0:
+                        break
             if placed > 0:
                 self.take(index, request, placed)
                 count -= placed

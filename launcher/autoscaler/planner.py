@@ -197,10 +197,11 @@ def _gang_requests(gang: Gang) -> list[Resources]:
     """What must be placed for a group: its bundles, or for STRICT_PACK their sum on one node."""
     if gang.strategy != "STRICT_PACK":
         return list(gang.bundles)
-    total: Counter[str] = Counter()
+    total: dict[str, float] = {}
     for bundle in gang.bundles:
-        total.update({k: float(v) for k, v in bundle.items()})
-    return [dict(total)]
+        for key, value in bundle.items():
+            total[key] = total.get(key, 0.0) + float(value)
+    return [total]
 
 
 def _pending_by_shape(snapshot: Snapshot) -> Counter[Shape]:
@@ -245,7 +246,7 @@ class _State:
         self.overhead = settings.node_overhead * min(prices) if prices else 0.0
         self._worth: dict[Shape, float | None] = {}
         self._feasible: dict[Shape, bool] = {}
-        self._saved: tuple[Counter[str], int, Counter[str], Counter[Shape]] | None = None
+        self._saved: tuple[dict[str, int], int, dict[str, int], dict[Shape, int]] | None = None
 
     @property
     def slots(self) -> list[Slot]:
@@ -271,12 +272,8 @@ class _State:
     def begin(self) -> None:
         """Start a trial (a placement group) that `rollback` undoes entirely."""
         self.packer.begin()
-        self._saved = (
-            Counter(self.counts),
-            self.workers,
-            Counter(self.launch),
-            Counter(self.promised),
-        )
+        # Plain dict copies (cheap; most trials commit), made Counters again on rollback.
+        self._saved = (dict(self.counts), self.workers, dict(self.launch), dict(self.promised))
 
     def commit(self) -> None:
         self.packer.commit()
@@ -285,7 +282,9 @@ class _State:
     def rollback(self) -> None:
         self.packer.rollback()
         if self._saved is not None:
-            self.counts, self.workers, self.launch, self.promised = self._saved
+            counts, self.workers, launch, promised = self._saved
+            self.counts, self.launch = Counter(counts), Counter(launch)
+            self.promised = Counter(promised)
             self._saved = None
 
     def choose_type(self, request: Resources, count: int) -> str | None:
@@ -739,8 +738,9 @@ def _place_gang(state: _State, gang: Gang, number: int) -> None:
         if skip is not None:
             skip.add(index)
     state.commit()  # every bundle found a place
-    for name, nodes in Counter(s.node_type for s in state.slots[first_new:]).items():
-        state.decisions.append(Decision("launch", label, name, nodes))
+    if len(state.slots) > first_new:  # most groups fit in free room and launch nothing
+        for name, nodes in Counter(s.node_type for s in state.slots[first_new:]).items():
+            state.decisions.append(Decision("launch", label, name, nodes))
 
 
 def _gang_slot(

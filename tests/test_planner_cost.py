@@ -323,3 +323,56 @@ def test_a_shape_only_an_unpriced_type_holds_still_gets_it() -> None:
     result = plan(snapshot, config, record=True)
     assert result.launch == {"gpu": 2}  # the CPU bundles take their spare CPUs
     _check(snapshot, config, result)
+
+
+def test_cpu_work_gets_the_cpu_type_even_when_only_the_gpu_type_is_priced() -> None:
+    # Found in review: the priced mix dropped the unpriced CPU type before the CPU-only
+    # rule, so CPU work launched the GPU type.
+    types = {
+        "cpu": TypeInfo("cpu", {"CPU": 8}, 0, 10),
+        "gpu": TypeInfo("gpu", {"CPU": 8, "GPU": 1}, 0, 10, price=1.0),
+    }
+    head = NodeView("head", "cpu", is_head=True, total={"CPU": 2}, available={})
+    snapshot = Snapshot((head,), pending=(({"CPU": 1}, 4),))
+    config = Settings(types, 10, upscaling_speed=1e6)
+    result = plan(snapshot, config, record=True)
+    assert result.launch == {"cpu": 1}
+    _check(snapshot, config, result)
+
+
+def test_without_prices_placement_groups_keep_ray_s_order() -> None:
+    # max_workers leaves room for one node: the older group gets it, as before the priced
+    # group order (a newer group must not take the room an older one waits for).
+    types = {
+        "cpu": TypeInfo("cpu", {"CPU": 8}, 0, 10),
+        "gpu": TypeInfo("gpu", {"CPU": 8, "GPU": 1}, 0, 10),
+    }
+    head = NodeView("head", "cpu", is_head=True, total={"CPU": 0}, available={})
+    gangs = (
+        Gang(({"CPU": 8},), "PACK", "older"),
+        Gang(({"CPU": 8, "GPU": 1},), "PACK", "newer"),
+    )
+    snapshot = Snapshot((head,), gangs=gangs)
+    result = plan(snapshot, Settings(types, 1, upscaling_speed=1e6))
+    assert result.launch == {"cpu": 1}
+
+
+def test_the_node_overhead_ignores_the_head_s_type_and_free_types() -> None:
+    # The overhead is in units of the cheapest positive price of a type that may launch: a
+    # priced head type (max_workers 0) or a free on-prem type does not switch it off.
+    base = {
+        "small": TypeInfo("small", {"CPU": 4}, 0, 20, price=0.19),
+        "big": TypeInfo("big", {"CPU": 16}, 0, 20, price=0.80),
+    }
+    extra = {
+        "headtype": TypeInfo("headtype", {"CPU": 2}, 0, 0, price=0.01),
+        "onprem": TypeInfo("onprem", {"CPU": 1, "fpga": 1}, 0, 1, price=0.0),
+    }
+    head = NodeView("head", "headtype", is_head=True, total={"CPU": 2}, available={})
+    snapshot = Snapshot((head,), pending=(({"CPU": 1}, 32),))
+    for types in (base, {**base, **extra}):
+        config = Settings(types, 20, upscaling_speed=1e6)
+        result = plan(snapshot, config, record=True)
+        # fewer, bigger nodes still (the free on-prem node, when there, takes one bundle)
+        assert result.launch["big"] == 2 and "small" not in result.launch, types.keys()
+        _check(snapshot, config, result)

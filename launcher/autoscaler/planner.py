@@ -242,8 +242,15 @@ class _State:
         self.promised: Counter[Shape] = Counter()
         prices = [t.price for t in settings.types.values() if t.price is not None]
         self.priced = bool(prices)
-        # what every new node costs besides its price, when choosing types (`plan_mix`)
-        self.overhead = settings.node_overhead * min(prices) if prices else 0.0
+        # What every new node costs besides its price, when choosing types (`plan_mix`): in
+        # units of the cheapest positive price of a type that may launch (not the head's
+        # type, nor a free on-prem one, which would make the overhead vanish).
+        launchable = [
+            t.price
+            for t in settings.types.values()
+            if t.price is not None and t.price > 0 and t.max_workers > 0
+        ]
+        self.overhead = settings.node_overhead * min(launchable) if launchable else 0.0
         self._worth: dict[Shape, float | None] = {}
         self._feasible: dict[Shape, bool] = {}
         self._saved: tuple[dict[str, int], int, dict[str, int], dict[Shape, int]] | None = None
@@ -365,10 +372,13 @@ class _State:
         fitting = [
             t
             for t in self.settings.types.values()
-            if t.max_workers > 0 and t.price is not None and fits(t.resources, request)
+            if t.max_workers > 0 and fits(t.resources, request)
         ]
-        if not needs_gpu(request):
+        if not needs_gpu(request):  # as choose_type: CPU-only types first, priced or not
             fitting = [t for t in fitting if not t.has_gpu] or fitting
+        fitting = [t for t in fitting if t.price is not None]
+        if not fitting:  # only unpriced types hold it on choose_type's terms: its pick
+            return None
         others: dict[Shape, tuple[Resources, int, float]] = {}
         for other, n in left.items():
             value = self.worth(other, dict(other)) if n > 0 and other != shape else None
@@ -380,7 +390,8 @@ class _State:
                 Offer(
                     t.name,
                     t.resources,
-                    (t.price or 0.0) + self.overhead,
+                    # a free type (on-prem, price 0) stays free: used before any other
+                    t.price + self.overhead if t.price else 0.0,
                     self.room(t.name),
                     t.priority,
                 )
@@ -428,7 +439,10 @@ def plan(snapshot: Snapshot, settings: Settings, *, record: bool = False) -> Pla
     state = _State(snapshot, settings, record)
     _min_workers(state, snapshot.nodes)
     after_min = (len(state.slots), len(state.decisions))
-    for number in _gang_order(snapshot.gangs, settings):
+    # With prices, groups go in the order that packs them cheapest; without, in Ray's
+    # order (the oldest first, so a newer group never takes the room an older one waits for).
+    order = _gang_order(snapshot.gangs, settings) if state.priced else range(len(snapshot.gangs))
+    for number in order:
         _place_gang(state, snapshot.gangs[number], number)
     _place_tasks(state, snapshot.pending)
     _tidy(state, *after_min)

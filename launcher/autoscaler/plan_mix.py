@@ -18,6 +18,7 @@ that a node's worth is weighed against what it really costs to run one more node
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -79,10 +80,11 @@ def choose_mix(
     still unplaced and their worth."""
     best: tuple[float, float, float, str] | None = None
     chosen: Mix | None = None
-    candidates = sorted(
+    candidates = heapq.nsmallest(  # sorted's first MAX_OTHERS, without sorting them all
+        MAX_OTHERS,
         ((s, r, n, w) for s, (r, n, w) in others.items() if n > 0),
         key=lambda item: -item[2] * item[3],
-    )[:MAX_OTHERS]
+    )
     scored: list[tuple[float, float, Offer, int, tuple[tuple[Shape, int], ...]]] = []
     for offer in offers:
         if offer.room <= 0:

@@ -335,7 +335,7 @@ class _State:
         usable = [t for t in options if t.name not in self.unavailable]
         return min(usable, key=cost).name if usable else None
 
-    def worth(self, shape: Shape, request: Resources) -> float | None:
+    def worth(self, shape: Shape) -> float | None:
         """What a bundle of `shape` costs on its own, on full nodes of its cheapest type."""
         if shape not in self._worth:
             offers = [
@@ -343,7 +343,7 @@ class _State:
                 for t in self.settings.types.values()
                 if t.max_workers > 0 and t.price is not None
             ]
-            self._worth[shape] = worth(request, offers)
+            self._worth[shape] = worth(dict(shape), offers)
         return self._worth[shape]
 
     def choose_mix(
@@ -366,7 +366,7 @@ class _State:
     def _priced_mix(
         self, shape: Shape, request: Resources, count: int, left: Mapping[Shape, int]
     ) -> Mix | None:
-        own = self.worth(shape, request)
+        own = self.worth(shape)
         if own is None:
             return None
         fitting = [
@@ -381,7 +381,9 @@ class _State:
             return None
         others: dict[Shape, tuple[Resources, int, float]] = {}
         for other, n in left.items():
-            value = self.worth(other, dict(other)) if n > 0 and other != shape else None
+            if n <= 0 or other == shape:
+                continue
+            value = self.worth(other)
             if value is not None:
                 others[other] = (dict(other), n, value)
 

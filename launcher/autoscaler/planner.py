@@ -673,11 +673,11 @@ def _place_mixed(state: _State, shapes: Sequence[tuple[Shape, int]]) -> None:
     dollar (`plan_mix`), filled with that mix."""
     left: Counter[Shape] = Counter()
     for shape, count in shapes:
-        left[shape] = _fill_free(state, shape, dict(shape), count)
+        left[shape] = _fill_free(state.packer, shape, dict(shape), count)
     for shape, count in shapes:
         request = dict(shape)
         launched: Counter[str] = Counter()
-        left[shape] = _fill_free(state, shape, request, left[shape])
+        left[shape] = _fill_free(state.packer, shape, request, left[shape])
         while left[shape] > 0:
             mix = state.choose_mix(shape, request, left[shape], left)
             if mix is None:
@@ -695,13 +695,13 @@ def _place_mixed(state: _State, shapes: Sequence[tuple[Shape, int]]) -> None:
         left[shape] = 0  # what could not be placed waits: no later mix takes it
 
 
-def _fill_free(state: _State, shape: Shape, request: Resources, count: int) -> int:
-    """Place up to `count` bundles on free capacity (CPU-only work on nodes without GPUs
-    first); returns how many are left."""
+def _fill_free(packer: Packer, shape: Shape, request: Resources, count: int) -> int:
+    """Place up to `count` bundles on `packer`'s free capacity (CPU-only work on nodes
+    without GPUs first); returns how many are left."""
     gpu = needs_gpu(request)
-    left = state.packer.fill(shape, request, count, gpu)
+    left = packer.fill(shape, request, count, gpu)
     if left > 0 and not gpu:
-        left = state.packer.fill(shape, request, left, True)
+        left = packer.fill(shape, request, left, True)
     return left
 
 
@@ -711,10 +711,7 @@ def _place_many(
     """Place `count` bundles of one shape on `packer`'s free capacity, then on new nodes;
     returns how many are left and the nodes launched per type. CPU-only work fills the nodes
     without GPUs, existing or launched by this plan, before the spare CPUs of GPU nodes."""
-    gpu = needs_gpu(request)
-    left = packer.fill(shape, request, count, gpu)
-    if left > 0 and not gpu:
-        left = packer.fill(shape, request, left, True)
+    left = _fill_free(packer, shape, request, count)
     launched: Counter[str] = Counter()
     while left > 0:
         name = state.choose_type(request, left)

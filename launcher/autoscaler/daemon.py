@@ -42,6 +42,7 @@ from launcher.autoscaler.spec import (
 from launcher.config.model import Autostop, ClusterConfig
 from launcher.errors import LauncherError
 from launcher.events import Event, NodeProgress
+from launcher.files import write_whole
 from launcher.paths import node_log
 from launcher.pricing import load_prices
 from launcher.providers.base import (
@@ -486,9 +487,7 @@ class Daemon:
         }
         path = Path(STATE_FILE).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(state))
-        temporary.replace(path)
+        write_whole(path, json.dumps(state))
 
     def _start_update(self, node: Node, head: Node, files_only: bool = False) -> None:
         with self.lock:

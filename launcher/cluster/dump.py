@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import shlex
 import tarfile
 import tempfile
@@ -59,6 +58,7 @@ from launcher.cluster.dump_plan import (
 from launcher.cluster.head import connect, daemon_runner_of
 from launcher.config.model import ClusterConfig
 from launcher.errors import NoClusterError
+from launcher.files import replacing
 from launcher.paths import cluster_dir
 from launcher.providers.base import Node, NodeKind, NodeProvider, head_of
 from launcher.providers.factory import make_provider
@@ -363,26 +363,19 @@ def write_archive(result: DumpResult, blobs: Sequence[tuple[Slice, Path]]) -> in
         result.path.name.removesuffix(".gz").removesuffix(".tar").removesuffix(".tgz")
     )
     result.path.parent.mkdir(parents=True, exist_ok=True)
-    partial = result.path.with_name(f".{result.path.name}.partial-{os.getpid()}")
-    try:
-        with tarfile.open(partial, "w:gz") as archive:
-            summary = "\n".join(summary_lines(result)) + "\n"
-            _add_bytes(archive, str(top / "MANIFEST.txt"), summary.encode(), result.when)
-            manifest = json.dumps(manifest_json(result), indent=1) + "\n"
-            _add_bytes(archive, str(top / "manifest.json"), manifest.encode(), result.when)
-            for piece, blob in blobs:
-                name, mtime = str(top / piece.archive_name), piece.wanted.file.mtime
-                if piece.whole:
-                    with blob.open("rb") as source:
-                        archive.addfile(_info(name, blob.stat().st_size, mtime), source)
-                else:
-                    end = trim_to_line(blob.read_bytes())
-                    _add_bytes(
-                        archive, name, cut_header(piece.wanted.file.size, len(end)) + end, mtime
-                    )
-        partial.replace(result.path)
-    finally:
-        partial.unlink(missing_ok=True)
+    with replacing(result.path) as partial, tarfile.open(partial, "w:gz") as archive:
+        summary = "\n".join(summary_lines(result)) + "\n"
+        _add_bytes(archive, str(top / "MANIFEST.txt"), summary.encode(), result.when)
+        manifest = json.dumps(manifest_json(result), indent=1) + "\n"
+        _add_bytes(archive, str(top / "manifest.json"), manifest.encode(), result.when)
+        for piece, blob in blobs:
+            name, mtime = str(top / piece.archive_name), piece.wanted.file.mtime
+            if piece.whole:
+                with blob.open("rb") as source:
+                    archive.addfile(_info(name, blob.stat().st_size, mtime), source)
+            else:
+                end = trim_to_line(blob.read_bytes())
+                _add_bytes(archive, name, cut_header(piece.wanted.file.size, len(end)) + end, mtime)
     return result.path.stat().st_size
 
 

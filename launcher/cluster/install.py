@@ -27,6 +27,7 @@ from pathlib import Path
 import launcher
 from launcher.config.schema import schema_dir
 from launcher.errors import LauncherError
+from launcher.files import replacing
 from launcher.paths import launcher_home
 from launcher.providers.ssh_access import known_hosts_path
 from launcher.runners.base import CommandRunner
@@ -103,12 +104,10 @@ def build_wheel() -> Wheel:
     record.append(f"{info}/RECORD,,")
     path.parent.mkdir(parents=True, exist_ok=True)
     # A file of this build's own: `up`s of other clusters may build the same wheel at once.
-    partial = path.with_suffix(f".{uuid.uuid4().hex[:12]}.partial")
-    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as wheel:
+    with replacing(path) as partial, zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as wheel:
         for name, data in files:
             wheel.writestr(name, data)
         wheel.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
-    partial.replace(path)
     return Wheel(path, digest)
 
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from launcher.files import write_whole
 from launcher.paths import launcher_home
 from launcher.records.ledger import ClusterRecord, from_json, to_json
 
@@ -87,7 +87,5 @@ def update_record(
             path.replace(path.with_name(f"{path.name}.unreadable-{int(time.time())}"))
         changed = change(current)
         if changed is not None:
-            temporary = path.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_text(json.dumps(to_json(changed)))  # one line: read back by `cat`
-            temporary.replace(path)
+            write_whole(path, json.dumps(to_json(changed)))  # one line: read back by `cat`
     return changed

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
+
+from launcher.files import write_whole
 
 NODE_MARK = "launcher-node="
 
@@ -75,11 +76,7 @@ class KnownHosts:
 
     def _write(self, lines: list[str]) -> None:
         """Replace the file whole (a reader without the lock never sees half of it)."""
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write("".join(line + "\n" for line in lines))
-        os.replace(temporary, self.path)
+        write_whole(self.path, "".join(line + "\n" for line in lines), mode=0o600)
 
     def keys_for(self, name: str, node: str | None = None) -> list[paramiko.PKey]:
         """The keys `name` may present when it is `node`: those recorded for `node` and

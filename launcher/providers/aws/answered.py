@@ -12,10 +12,10 @@ Pure file handling; the provider decides when to read and add.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from launcher.files import write_whole
 from launcher.paths import cluster_dir
 
 KEEP_S = 2 * 3600.0  # longer than EC2 lists terminated instances
@@ -46,6 +46,4 @@ def add(path: Path, node_ids: Iterable[str], now: float) -> None:
     kept = load(path, now)
     kept.update(dict.fromkeys(node_ids, now))
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}")
-    partial.write_text(json.dumps(kept, sort_keys=True))
-    partial.replace(path)
+    write_whole(path, json.dumps(kept, sort_keys=True))

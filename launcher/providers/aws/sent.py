@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from launcher.files import write_whole
 from launcher.paths import cluster_dir
 from launcher.providers.aws.instances import aws_tags
 
@@ -57,12 +58,9 @@ def journal_dir(cluster_name: str) -> Path:
 
 
 def _write(path: Path, data: Mapping[str, Any]) -> None:
-    """Replace `path` with `data`, whole (renamed into place). Not fsynced: the journal
-    outlives this process being killed mid-call (what it is for) without it; a machine that
-    loses power loses the launcher's run with it."""
-    partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(data))
-    partial.replace(path)
+    """Replace `path` with `data`, whole: the journal outlives this process being killed
+    mid-call, which is what it is for."""
+    write_whole(path, json.dumps(data))
 
 
 def record(cluster_name: str, request: Mapping[str, Any]) -> Path | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from launcher.errors import ProviderError
+from launcher.files import write_whole
 from launcher.runners.ssh import SSHRunner
 
 RECORDS_DIR = "~/.launcher/onprem"
@@ -108,9 +109,7 @@ class FileRecords:
     def write(self, record: Mapping[str, Any]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / _file_name(record["ip"])
-        temporary = path.with_name(f".{path.name}.{os.getpid()}")
-        temporary.write_text(_encode(record))
-        temporary.replace(path)
+        write_whole(path, _encode(record))
 
     def remove(self, ip: str) -> None:
         (self.root / _file_name(ip)).unlink(missing_ok=True)

@@ -30,6 +30,7 @@ from typing import Any
 
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ProviderError
+from launcher.files import write_whole
 from launcher.paths import cluster_dir, launcher_home
 from launcher.providers.base import (
     TAG_STATUS,
@@ -346,10 +347,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    """Atomic: readers see the old file or the new one, never half of one."""
-    temporary = path.with_suffix(f".tmp-{os.getpid()}")
-    temporary.write_text(json.dumps(data, indent=1, sort_keys=True))
-    temporary.replace(path)
+    write_whole(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 @contextlib.contextmanager

@@ -8,6 +8,9 @@ from __future__ import annotations
 import random
 import re
 
+import pytest
+
+from launcher.autoscaler import packing
 from launcher.autoscaler.packing import Packer, Slot, fits, how_many, needs_gpu, shape_of
 from launcher.autoscaler.planner import Gang, NodeView, Settings, Snapshot, TypeInfo, plan
 
@@ -87,8 +90,13 @@ class _PlainFirstFit:
         return count
 
 
-def test_packer_finds_what_a_plain_first_fit_scan_finds() -> None:
+@pytest.mark.parametrize("block", [packing.BLOCK, 4])
+def test_packer_finds_what_a_plain_first_fit_scan_finds(
+    block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Many blocks of slots; cursors and block bounds across trials that commit or roll back.
+    # With blocks of 4, groups of blocks are 16 slots: dozens of them, grown and cut.
+    monkeypatch.setattr(packing, "BLOCK", block)
     rng = random.Random(11)
     shapes = [{"CPU": 1.0}, {"CPU": 2.5}, {"CPU": 0.5}, {"CPU": 1.0, "GPU": 1.0}, {"CPU": 6.0}]
     packer, plain = Packer(), _PlainFirstFit()

@@ -59,51 +59,82 @@ class Slot:
         return self.total.get("GPU", 0) > 0
 
 
-BLOCK = 32  # slots per block of a tier's bounds
+BLOCK = 32  # slots per block of a tier's bounds, and blocks per group of blocks
 
 
 class _Tier:
     """The slots of one tier, in order, with an upper bound of each resource's free amount
-    per block of BLOCK consecutive slots: a search skips a block its request cannot fit in,
-    so slots too full for every shape left are not visited one by one again and again."""
+    per block of BLOCK consecutive slots, and per group of BLOCK consecutive blocks: a
+    search skips a block its request cannot fit in, and from a block it cannot fit in, the
+    rest of the group when the group's bound says so; so slots too full for every shape
+    left are not visited one by one again and again, nor their blocks one by one by each
+    new shape. A group's bound is made again from its blocks' when next needed after one of
+    them was tightened (None until then)."""
 
     def __init__(self) -> None:
         self.indexes: list[int] = []  # slot indexes
         self.bounds: list[dict[str, float]] = []
+        self.groups: list[dict[str, float] | None] = []  # bounds of BLOCK blocks each
 
     def __len__(self) -> int:
         return len(self.indexes)
 
     def append(self, index: int, free: Resources) -> None:
         if len(self.indexes) % BLOCK == 0:
+            if len(self.bounds) % BLOCK == 0:
+                self.groups.append({})
             self.bounds.append({})
         self.indexes.append(index)
         self.raise_bound(len(self.indexes) - 1, free)
 
     def raise_bound(self, position: int, free: Resources) -> None:
-        bound = self.bounds[position // BLOCK]
-        for key, value in free.items():
+        block = position // BLOCK
+        bound, group = self.bounds[block], self.groups[block // BLOCK]
+        for key, value in free.items():  # inline: this runs for every slot added
             if value > bound.get(key, 0.0):
                 bound[key] = value
+                if group is not None and value > group.get(key, 0.0):
+                    group[key] = value
 
     def tighten(self, block: int, slots: list[Slot]) -> None:
         """Make a block's bound exact again (free amounts only shrink while searching)."""
         bound: dict[str, float] = {}
         for index in self.indexes[block * BLOCK : (block + 1) * BLOCK]:
-            for key, value in slots[index].free.items():
+            for key, value in slots[index].free.items():  # inline: a block's every slot
                 if value > bound.get(key, 0.0):
                     bound[key] = value
         self.bounds[block] = bound
+        self.groups[block // BLOCK] = None
 
     def next_open(self, position: int, request: Resources) -> int:
         """`position`, or the start of the first later block whose bound fits `request`."""
-        while position < len(self.indexes) and not fits(self.bounds[position // BLOCK], request):
+        span, length, looked = BLOCK * BLOCK, len(self.indexes), -1  # span: slots per group
+        while position < length and not fits(self.bounds[position // BLOCK], request):
+            group = position // span
+            if group != looked:  # the first block of this group that does not fit
+                looked = group
+                if not fits(self._group(group), request):
+                    position = (group + 1) * span
+                    continue
             position = (position // BLOCK + 1) * BLOCK
-        return min(position, len(self.indexes))
+        return min(position, length)
+
+    def _group(self, group: int) -> dict[str, float]:
+        bound = self.groups[group]
+        if bound is None:
+            bound = {}
+            for block in self.bounds[group * BLOCK : (group + 1) * BLOCK]:
+                for key, value in block.items():
+                    if value > bound.get(key, 0.0):
+                        bound[key] = value
+            self.groups[group] = bound
+        return bound
 
     def truncate(self, length: int) -> None:
+        # The bounds of a block or group cut short stay as they were: still upper bounds.
         del self.indexes[length:]
         del self.bounds[-(-length // BLOCK) :]
+        del self.groups[-(-length // (BLOCK * BLOCK)) :]
 
 
 @dataclass

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from launcher.autoscaler.packing import Resources, Shape, fits, how_many, needs_gpu
@@ -68,23 +68,89 @@ def worth(request: Resources, offers: Sequence[Offer]) -> float | None:
     return min(o.price / max(1, how_many(o.resources, request)) for o in fitting)
 
 
+# Another pending shape offered to fill a node: its shape, request, how many are unplaced,
+# and its worth (`worth`).
+Candidate = tuple[Shape, Resources, int, float]
+
+
+def top_others(
+    left: Iterable[tuple[Shape, int]], shape: Shape, value: Callable[[Shape], float | None]
+) -> list[Candidate]:
+    """The MAX_OTHERS shapes of `left` (shape, unplaced) other than `shape` whose unplaced
+    bundles are worth the most (ties: the first in `left`), without sorting them all."""
+    found = []
+    for other, n in left:
+        if n > 0 and other != shape:
+            each = value(other)
+            if each is not None:
+                found.append((other, dict(other), n, each))
+    return heapq.nsmallest(MAX_OTHERS, found, key=lambda c: -c[2] * c[3])
+
+
+class Waiting:
+    """How many bundles of each shape are still unplaced, with the shapes ordered by what
+    their unplaced bundles are worth (`top`), kept up to date as bundles are placed: a heap
+    whose entries are checked against the counts when read, so reading costs a few steps,
+    not one per shape. `top` gives what `top_others` gives over the same counts."""
+
+    def __init__(
+        self, counts: Iterable[tuple[Shape, int]], value: Callable[[Shape], float | None]
+    ) -> None:
+        self.counts: dict[Shape, int] = {}
+        self._order: dict[Shape, int] = {}  # ties: the first given first
+        self._worth: dict[Shape, float] = {}
+        self._requests: dict[Shape, Resources] = {}
+        self._heap: list[tuple[float, int, Shape, int]] = []
+        for shape, n in counts:
+            self._order[shape] = len(self._order)
+            self.counts[shape] = n
+            each = value(shape)
+            if each is not None:
+                self._worth[shape], self._requests[shape] = each, dict(shape)
+                self._push(shape)
+
+    def __getitem__(self, shape: Shape) -> int:
+        return self.counts.get(shape, 0)
+
+    def take(self, shape: Shape, n: int) -> None:
+        """`n` bundles of `shape` are placed (or, with the count's rest, given up)."""
+        if n:  # one entry per count: the heap never holds a shape twice at one count
+            self.counts[shape] -= n
+            self._push(shape)
+
+    def top(self, shape: Shape) -> list[Candidate]:
+        """The MAX_OTHERS shapes other than `shape` whose unplaced bundles are worth the most."""
+        found: list[tuple[float, int, Shape, int]] = []
+        kept: list[tuple[float, int, Shape, int]] = []
+        while self._heap and len(found) < MAX_OTHERS:
+            entry = heapq.heappop(self._heap)
+            _, _, other, n = entry
+            if n != self.counts[other]:
+                continue  # stale: the count changed since, and a newer entry has it
+            (kept if other == shape else found).append(entry)
+        for entry in (*found, *kept):
+            heapq.heappush(self._heap, entry)
+        return [(s, self._requests[s], n, self._worth[s]) for _, _, s, n in found]
+
+    def _push(self, shape: Shape) -> None:
+        n = self.counts[shape]
+        if n > 0 and shape in self._worth:
+            key = -n * self._worth[shape]
+            heapq.heappush(self._heap, (key, self._order[shape], shape, n))
+
+
 def choose_mix(
     request: Resources,
     count: int,
     offers: Sequence[Offer],
-    others: Mapping[Shape, tuple[Resources, int, float]],
+    candidates: Sequence[Candidate],
     lead_worth: float,
 ) -> Mix | None:
     """The mix to launch for `count` bundles of `request` among `offers` (already filtered
-    to types that may hold it); `others` are the other pending shapes with how many are
-    still unplaced and their worth."""
+    to types that may hold it); `candidates` are the other pending shapes to fill a node's
+    spare room with (`top_others` or `Waiting.top`)."""
     best: tuple[float, float, float, str] | None = None
     chosen: Mix | None = None
-    candidates = heapq.nsmallest(  # sorted's first MAX_OTHERS, without sorting them all
-        MAX_OTHERS,
-        ((s, r, n, w) for s, (r, n, w) in others.items() if n > 0),
-        key=lambda item: -item[2] * item[3],
-    )
     scored: list[tuple[float, float, Offer, int, tuple[tuple[Shape, int], ...]]] = []
     for offer in offers:
         if offer.room <= 0:
@@ -106,7 +172,7 @@ def choose_mix(
         key = (value, float(offer.priority), -offer.price, offer.name)
         if best is None or _better(key, best):
             best = (value, float(offer.priority), -offer.price, offer.name)
-            chosen = Mix(offer.name, lead, packed, _repeats(count, lead, packed, others, offer))
+            chosen = Mix(offer.name, lead, packed, _repeats(count, lead, packed, candidates, offer))
     return chosen
 
 
@@ -121,7 +187,7 @@ def _better(key: tuple[float, float, float, str], best: tuple[float, float, floa
 
 def _fill(
     rest: dict[str, float],
-    candidates: Sequence[tuple[Shape, Resources, int, float]],
+    candidates: Sequence[Candidate],
 ) -> tuple[float, tuple[tuple[Shape, int], ...]]:
     """Fill `rest` with the other shapes, each step taking the shape that would be worth
     the most if it filled what is left alone; returns the worth added and what was packed."""
@@ -148,11 +214,12 @@ def _repeats(
     count: int,
     lead: int,
     packed: Sequence[tuple[Shape, int]],
-    others: Mapping[Shape, tuple[Resources, int, float]],
+    candidates: Sequence[Candidate],
     offer: Offer,
 ) -> int:
     """How many nodes the same mix fills completely (at least one, at most the room)."""
+    unplaced = {shape: n for shape, _, n, _ in candidates}
     nodes = count // lead
     for shape, n in packed:
-        nodes = min(nodes, others[shape][1] // n)
+        nodes = min(nodes, unplaced[shape] // n)
     return max(1, min(nodes, offer.room))

@@ -48,7 +48,16 @@ from launcher.autoscaler.packing import (
     needs_gpu,
     shape_of,
 )
-from launcher.autoscaler.plan_mix import NODE_OVERHEAD, Mix, Offer, choose_mix, worth
+from launcher.autoscaler.plan_mix import (
+    NODE_OVERHEAD,
+    Candidate,
+    Mix,
+    Offer,
+    Waiting,
+    choose_mix,
+    top_others,
+    worth,
+)
 from launcher.autoscaler.plan_tidy import cheaper_type
 
 __all__ = [
@@ -347,14 +356,14 @@ class _State:
         return self._worth[shape]
 
     def choose_mix(
-        self, shape: Shape, request: Resources, count: int, left: Mapping[Shape, int]
+        self, shape: Shape, request: Resources, count: int, others: Sequence[Candidate]
     ) -> Mix | None:
-        """With prices: the type to launch for `count` bundles of `request` and what other
-        shapes (`left`: how many of each are unplaced) its nodes can hold (`plan_mix`).
+        """With prices: the type to launch for `count` bundles of `request` and which of the
+        other unplaced shapes (`others`, the most valuable first) its nodes hold (`plan_mix`).
         Types follow `choose_type`'s rules: CPU-only work on CPU-only types when one fits,
         an unavailable type's fallbacks first in its place. When no priced type can take
         it, `choose_type`'s pick, one node at a time."""
-        mix = self._priced_mix(shape, request, count, left)
+        mix = self._priced_mix(request, count, others, self.worth(shape))
         if mix is not None:
             return mix
         name = self.choose_type(request, count)
@@ -364,9 +373,8 @@ class _State:
         return Mix(name, max(1, min(per_node, count)), (), 1)
 
     def _priced_mix(
-        self, shape: Shape, request: Resources, count: int, left: Mapping[Shape, int]
+        self, request: Resources, count: int, others: Sequence[Candidate], own: float | None
     ) -> Mix | None:
-        own = self.worth(shape)
         if own is None:
             return None
         fitting = [
@@ -379,13 +387,6 @@ class _State:
         fitting = [t for t in fitting if t.price is not None]
         if not fitting:  # only unpriced types hold it on choose_type's terms: its pick
             return None
-        others: dict[Shape, tuple[Resources, int, float]] = {}
-        for other, n in left.items():
-            if n <= 0 or other == shape:
-                continue
-            value = self.worth(other)
-            if value is not None:
-                others[other] = (dict(other), n, value)
 
         def mix(types: Iterable[TypeInfo]) -> Mix | None:
             offers = [
@@ -671,28 +672,34 @@ def _place_mixed(state: _State, shapes: Sequence[tuple[Shape, int]]) -> None:
     for min_workers and groups), then new nodes for what is left, largest shape first, each
     node of the type whose mix of this and the other unplaced shapes is worth the most per
     dollar (`plan_mix`), filled with that mix."""
-    left: Counter[Shape] = Counter()
-    for shape, count in shapes:
-        left[shape] = _fill_free(state.packer, shape, dict(shape), count)
+    left = Waiting(
+        ((shape, _fill_free(state.packer, shape, dict(shape), count)) for shape, count in shapes),
+        state.worth,
+    )
     for shape, count in shapes:
         request = dict(shape)
         launched: Counter[str] = Counter()
-        left[shape] = _fill_free(state.packer, shape, request, left[shape])
+        left.take(shape, left[shape] - _fill_free(state.packer, shape, request, left[shape]))
         while left[shape] > 0:
-            mix = state.choose_mix(shape, request, left[shape], left)
+            mix = state.choose_mix(shape, request, left[shape], left.top(shape))
             if mix is None:
                 break
-            for _ in range(mix.nodes):
+            unplaced = left[shape]
+            others = [(other, dict(other), n) for other, n in mix.others]
+            for _ in range(mix.nodes):  # `_repeats`: every node gets all of mix.others
                 index = state.add_node(mix.node_type)
-                state.packer.take(index, request, min(mix.lead, left[shape]))
-                left[shape] -= min(mix.lead, left[shape])
-                for other, n in mix.others:
-                    state.packer.take(index, dict(other), n)
-                    left[other] -= n
+                lead = min(mix.lead, unplaced)
+                state.packer.take(index, request, lead)
+                unplaced -= lead
+                for _, other_request, n in others:
+                    state.packer.take(index, other_request, n)
+            left.take(shape, left[shape] - unplaced)
+            for other, _, n in others:
+                left.take(other, n * mix.nodes)
             launched[mix.node_type] += mix.nodes
         state.pending[shape] -= count
         _tell(state, request, count, left[shape], launched)
-        left[shape] = 0  # what could not be placed waits: no later mix takes it
+        left.take(shape, left[shape])  # what could not be placed waits: no later mix takes it
 
 
 def _fill_free(packer: Packer, shape: Shape, request: Resources, count: int) -> int:
@@ -774,8 +781,8 @@ def _gang_slot(
     if not state.priced:
         name = state.choose_type(request, count)
         return None if name is None else state.add_node(name)
-    left = {s: n - state.promised[s] for s, n in state.pending.items()}
-    mix = state.choose_mix(shape, request, count, left)
+    left = ((s, n - state.promised[s]) for s, n in state.pending.items())
+    mix = state.choose_mix(shape, request, count, top_others(left, shape, state.worth))
     if mix is None:
         return None
     state.promised.update(dict(mix.others))

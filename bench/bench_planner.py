@@ -148,6 +148,16 @@ def many_groups(bundles: int, nodes: int, seed: int = SEED) -> Workload:
 
 
 def ours_input(w: Workload) -> Callable[[], Counter[str]]:
+    snapshot, settings = ours_setup(w)
+
+    def call() -> Counter[str]:
+        return Counter(plan(snapshot, settings).launch)
+
+    return call
+
+
+def ours_setup(w: Workload) -> tuple[Snapshot, Settings]:
+    """Our planner's input for a workload."""
     snapshot = Snapshot(
         nodes=tuple(NodeView(i, t, total=tot, available=free) for i, t, tot, free in w.nodes),
         pending=w.pending,
@@ -165,11 +175,7 @@ def ours_input(w: Workload) -> Callable[[], Counter[str]]:
     )
     if w.node_overhead is not None:
         settings = replace(settings, node_overhead=w.node_overhead)
-
-    def call() -> Counter[str]:
-        return Counter(plan(snapshot, settings).launch)
-
-    return call
+    return snapshot, settings
 
 
 # --- Ray autoscaler v2 -------------------------------------------------------------------
@@ -534,6 +540,12 @@ def main() -> None:
         "--cost-only", action="store_true", help="only the cost scenarios and the scale run"
     )
     parser.add_argument("--seeds", type=int, default=3, help="seeds per cost scenario family")
+    parser.add_argument(
+        "--milp-time",
+        type=float,
+        default=20.0,
+        help="seconds per MILP solve in the cost scenarios (0: no MILP; needs highspy)",
+    )
     args = parser.parse_args()
     timeout, growth_timeout = args.timeout, args.growth_timeout
     if args.quick:
@@ -557,7 +569,7 @@ def main() -> None:
         against_ray(sizes, args.repeat, args.budget, timeout)
         growth(counts, nodes, args.repeat, args.budget, growth_timeout)
     cost_sizes = [(1_000, 50)] if args.quick else [(1_000, 50), (4_000, 200)]
-    cost_scenarios(args.seeds, cost_sizes, timeout, args.repeat)
+    cost_scenarios(args.seeds, cost_sizes, timeout, args.repeat, args.milp_time)
     scale = (10_000, 1_000) if args.quick else (100_000, 10_000)
     at_scale(*scale, growth_timeout, args.repeat)
     print(f"\n(total {time.monotonic() - started:.0f} s)")

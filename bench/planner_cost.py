@@ -11,15 +11,30 @@ from __future__ import annotations
 
 import random
 import statistics
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from bench_planner import STRATEGIES, Result, Workload, measure, ours_input, progress
+from bench_planner import (
+    STRATEGIES,
+    Result,
+    Workload,
+    measure,
+    ours_input,
+    ours_setup,
+    progress,
+)
 
 from launcher.autoscaler.packing import Shape, fits, shape_of
 from launcher.autoscaler.plan_bound import lower_bound, shape_bound, shortfall
+from launcher.autoscaler.planner import plan
 from launcher.pricing import load_prices
+
+try:
+    import planner_milp
+except ImportError:  # highspy missing: the MILP columns say n/a
+    planner_milp = None  # type: ignore[assignment]
 
 # Type sets: (provider, instance types). Resources and prices come from the price table.
 TYPE_SETS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -193,10 +208,26 @@ class Row:
     shaped: float | None  # the bound that knows which shapes fit which types
     capped: float | None  # ... for plans launching no more nodes than the fewer of Ray's
     cheapest: tuple[int, float | None]  # ours with node_overhead 0: nodes, cost
+    milp: Milp | None = None
+
+
+@dataclass(frozen=True)
+class Milp:
+    best: planner_milp.Answer  # the least cost of any plan
+    capped: planner_milp.Answer | None  # ... launching no more nodes than the fewer of Ray's
+    mine: planner_milp.Answer | None  # ... launching no more nodes than ours
+    patterns: int
+    seconds: float  # building and solving both
 
 
 def run_scenario(
-    family: Family, seed: int, bundles: int, nodes: int, timeout: float, repeat: int
+    family: Family,
+    seed: int,
+    bundles: int,
+    nodes: int,
+    timeout: float,
+    repeat: int,
+    milp_time: float = 0.0,
 ) -> Row:
     w = scenario(family, seed, bundles, nodes)
     results = {}
@@ -205,18 +236,46 @@ def run_scenario(
         results[who] = measure(who, w, repeat if who == "ours" else 1, 10.0, timeout)
     counts = {who: None if r.launched is None else r.launched.total() for who, r in results.items()}
     fewest = _best_of_ray(counts)
+    costs = {who: cost(w, r) for who, r in results.items()}
+    milp = None
+    if milp_time > 0 and planner_milp is not None:
+        progress(f"  {w.label}: MILP ...")
+        launched = counts["ours"]
+        milp = _milp(w, None if fewest is None else int(fewest), launched, milp_time)
+        for who, value in costs.items():  # no plan costs less than the bound: else a bug
+            if value is not None and value < milp.best.bound - 1e-6 * max(1.0, value):
+                progress(f"  !! {who} costs {value:.4f} < the MILP bound {milp.best.bound:.4f}")
     return Row(
         family.name,
         seed,
         w,
         results,
-        {who: cost(w, r) for who, r in results.items()},
+        costs,
         counts,
         bound(w),
         shaped_bound(w),
         None if fewest is None else shaped_bound(w, int(fewest)),
         _by_price_alone(w),
+        milp,
     )
+
+
+def _milp(w: Workload, fewest: int | None, ours: int | None, time_limit: float) -> Milp:
+    """The integer optimum, and those with at most `fewest` and `ours` new nodes (HiGHS in
+    forked children, `time_limit` seconds per solve)."""
+    assert planner_milp is not None
+    started = time.perf_counter()
+    model = planner_milp.Model(planner_milp.problem_of(w))
+    known = plan(*ours_setup(w), record=True).placements  # HiGHS starts from our plan
+
+    def solve(cap: int | None) -> planner_milp.Answer:
+        assert planner_milp is not None
+        return planner_milp.solve_guarded(model, cap, time_limit, known)
+
+    best = solve(None)
+    capped = None if fewest is None else solve(fewest)
+    mine = None if ours is None else solve(ours)
+    return Milp(best, capped, mine, model.patterns, time.perf_counter() - started)
 
 
 def _by_price_alone(w: Workload) -> tuple[int, float | None]:
@@ -248,11 +307,13 @@ def report(rows: list[Row]) -> None:
         "| family | seed | bundles (groups) | nodes | time ours / v1 / v2 "
         "| nodes ours / v1 / v2 | cost ours / v1 / v2 | LP bound | ours / LP "
         "| shape LP | ours / shape LP | shape LP with <= fewer of Ray's nodes "
-        "| ours <= fewer nodes? | ours <= cheaper? |"
+        "| ours <= fewer nodes? | ours <= cheaper? | MILP opt (gap) | ours / MILP "
+        "| MILP with <= fewer of Ray's nodes | both targets reachable? "
+        "| MILP with <= our nodes | ours / that |"
     )
     print(
         "| --- | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: "
-        "| --- | --- |"
+        "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: |"
     )
     for row in rows:
         w, r, c, n = row.workload, row.results, row.costs, row.nodes
@@ -267,15 +328,17 @@ def report(rows: list[Row]) -> None:
             f"| {times} | {counts} | {money} | {_fmt(row.lp)} "
             f"| {_fmt(_ratio(c['ours'], row.lp), 3)} | {_fmt(row.shaped)} "
             f"| {_fmt(_ratio(c['ours'], row.shaped), 3)} | {_capped(row.capped, cheapest)} "
-            f"| {fewer} | {cheaper} |"
+            f"| {fewer} | {cheaper} | {_milp_cells(row)} |"
         )
     print("\n### Per family: ratios (mean, worst) over its scenarios\n")
     print(
         "| family | scenarios | nodes ours / fewer of Ray | cost ours / cheaper of Ray "
         "| cost ours / LP | cost Ray v1 / LP | cost Ray v2 / LP | cost ours / shape LP "
-        "| node_overhead 0: nodes / fewer of Ray | node_overhead 0: cost / shape LP |"
+        "| node_overhead 0: nodes / fewer of Ray | node_overhead 0: cost / shape LP "
+        "| cost ours / MILP | node_overhead 0: cost / MILP | cost ours / MILP with <= our nodes "
+        "| both targets: yes / no / unknown |"
     )
-    print("| --- | ---: | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | ---: |" + " --- |" * 12)
     for family in dict.fromkeys(row.family for row in rows):
         mine = [row for row in rows if row.family == family]
         cells = [
@@ -285,8 +348,102 @@ def report(rows: list[Row]) -> None:
             _summary([_ratio(row.costs["ours"], row.shaped) for row in mine]),
             _summary([_ratio(row.cheapest[0], _best_of_ray(row.nodes)) for row in mine]),
             _summary([_ratio(row.cheapest[1], row.shaped) for row in mine]),
+            _summary([_ratio(row.costs["ours"], _optimum(row.milp)) for row in mine]),
+            _summary([_ratio(row.cheapest[1], _optimum(row.milp)) for row in mine]),
+            _summary([_ratio(row.costs["ours"], _optimum(row.milp, True)) for row in mine]),
+            _tally([_both(row) for row in mine]),
         ]
         print(f"| {family} | {len(mine)} | {' | '.join(cells)} |")
+    solved = [row.milp for row in rows if row.milp is not None]
+    if solved:
+        columns = [m.best.columns for m in solved]
+        optimal = sum(m.best.achievable and (m.best.gap or 0.0) < 1e-7 for m in solved)
+        print(
+            f"\nMILP: {sum(m.seconds for m in solved):.0f} s for {len(solved)} scenarios "
+            f"(building the model and its three solves; {min(columns):,} to {max(columns):,} "
+            f"columns); the least cost proven optimal on {optimal}."
+        )
+
+
+def _optimum(milp: Milp | None, ours: bool = False) -> float | None:
+    """The least cost of a real plan the MILP found (the optimum when its gap is 0); with
+    `ours`, of one launching no more nodes than ours."""
+    answer = None if milp is None else milp.mine if ours else milp.best
+    if answer is None or not answer.achievable:
+        return None
+    return answer.cost
+
+
+def _both(row: Row) -> str | None:
+    """Whether some plan launches no more nodes than the fewer of Ray's and costs no more
+    than the cheaper of Ray's: "yes" when one of the three plans does (it is the witness) or
+    the node-capped MILP finds one; "no" when that MILP's bound proves none does."""
+    fewest, cheapest = _best_of_ray(row.nodes), _best_of_ray(row.costs)
+    if fewest is None or cheapest is None:
+        return None
+    for who, nodes in row.nodes.items():
+        value = row.costs[who]
+        if nodes is None or value is None:
+            continue
+        if nodes <= fewest and value <= cheapest + 1e-9:
+            return "yes"
+    if row.milp is None or row.milp.capped is None or planner_milp is None:
+        return None
+    return planner_milp.both_targets(row.milp.capped, cheapest)
+
+
+def _tally(verdicts: list[str | None]) -> str:
+    known = Counter(v for v in verdicts if v is not None)
+    if not known:
+        return "n/a"
+    return f"{known['yes']} / {known['no']} / {known['unknown']}"
+
+
+def _milp_cells(row: Row) -> str:
+    """The MILP columns: optimum (gap), ours / optimum, the optimum with the fewer of Ray's
+    nodes, whether a plan meets both of Ray's marks, the optimum with our node count and
+    ours / that (what our cost is off by, our node count given)."""
+    milp, ours = row.milp, row.costs["ours"]
+    if milp is None:
+        return " | ".join(["n/a"] * 6)
+    best = milp.best
+    off = _fmt(_ratio(ours, best.bound), 3)  # the most ours can be off the optimum
+    if not best.achievable:
+        ratio = f"<= {off}"
+    elif (best.gap or 0.0) >= 1e-7:
+        ratio = f"{_fmt(_ratio(ours, best.cost), 3)} (<= {off})"
+    else:
+        ratio = _fmt(_ratio(ours, best.cost), 3)
+    if ours is not None and ours < best.bound - 1e-6 * max(1.0, ours):
+        ratio = f"**{ratio}: below the bound**"
+    both = _both(row)
+    verdict = "n/a" if both is None else ("**no**" if both == "no" else both)
+    capped = "n/a" if milp.capped is None else _answer(milp.capped)
+    mine, versus = "n/a", "n/a"
+    if milp.mine is not None:
+        mine = _answer(milp.mine)
+        off = _fmt(_ratio(ours, milp.mine.bound), 3)
+        if not milp.mine.achievable:
+            versus = f"<= {off}"
+        elif (milp.mine.gap or 0.0) >= 1e-7:
+            versus = f"{_fmt(_ratio(ours, milp.mine.cost), 3)} (<= {off})"
+        else:
+            versus = _fmt(_ratio(ours, milp.mine.cost), 3)
+    return f"{_answer(best)} | {ratio} | {capped} | {verdict} | {mine} | {versus}"
+
+
+def _answer(a: planner_milp.Answer) -> str:
+    """An optimum with its gap and node count, or the bound alone when no real plan was
+    found (and what was relaxed)."""
+    if a.bound == float("inf"):
+        return "none fit"
+    note = f"; {a.relaxed} relaxed" if a.relaxed else ""
+    killed = f"; {a.status}" if a.status.startswith("killed") else ""
+    if not a.achievable or a.cost is None:
+        return f">= {a.bound:.2f} (no plan found{note}{killed})"
+    gap = a.gap or 0.0
+    shown = "0 %" if gap < 1e-7 else f"{100 * gap:.2f} %, >= {a.bound:.2f}"
+    return f"{a.cost:.2f} ({shown}; {a.nodes} nodes{note}{killed})"
 
 
 def _capped(value: float | None, cheapest: float | None) -> str:
@@ -313,10 +470,14 @@ def _summary(values: list[float | None]) -> str:
 
 
 def cost_scenarios(
-    seeds: int, sizes: list[tuple[int, int]], timeout: float, repeat: int
+    seeds: int,
+    sizes: list[tuple[int, int]],
+    timeout: float,
+    repeat: int,
+    milp_time: float = 0.0,
 ) -> list[Row]:
     rows = [
-        run_scenario(family, seed, bundles, nodes, timeout, repeat)
+        run_scenario(family, seed, bundles, nodes, timeout, repeat, milp_time)
         for family in FAMILIES
         for bundles, nodes in sizes
         for seed in range(1, seeds + 1)

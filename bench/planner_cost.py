@@ -407,13 +407,7 @@ def _milp_cells(row: Row) -> str:
     if milp is None:
         return " | ".join(["n/a"] * 6)
     best = milp.best
-    off = _fmt(_ratio(ours, best.bound), 3)  # the most ours can be off the optimum
-    if not best.achievable:
-        ratio = f"<= {off}"
-    elif (best.gap or 0.0) >= 1e-7:
-        ratio = f"{_fmt(_ratio(ours, best.cost), 3)} (<= {off})"
-    else:
-        ratio = _fmt(_ratio(ours, best.cost), 3)
+    ratio = _versus(ours, best)
     if ours is not None and ours < best.bound - 1e-6 * max(1.0, ours):
         ratio = f"**{ratio}: below the bound**"
     both = _both(row)
@@ -421,15 +415,19 @@ def _milp_cells(row: Row) -> str:
     capped = "n/a" if milp.capped is None else _answer(milp.capped)
     mine, versus = "n/a", "n/a"
     if milp.mine is not None:
-        mine = _answer(milp.mine)
-        off = _fmt(_ratio(ours, milp.mine.bound), 3)
-        if not milp.mine.achievable:
-            versus = f"<= {off}"
-        elif (milp.mine.gap or 0.0) >= 1e-7:
-            versus = f"{_fmt(_ratio(ours, milp.mine.cost), 3)} (<= {off})"
-        else:
-            versus = _fmt(_ratio(ours, milp.mine.cost), 3)
+        mine, versus = _answer(milp.mine), _versus(ours, milp.mine)
     return f"{_answer(best)} | {ratio} | {capped} | {verdict} | {mine} | {versus}"
+
+
+def _versus(ours: float | None, a: planner_milp.Answer) -> str:
+    """Our cost over an answer's: over its plan's cost, and "<= x" over its bound (the most
+    ours can be off) when the plan is not proven optimal or none was found."""
+    off = _fmt(_ratio(ours, a.bound), 3)
+    if not a.achievable:
+        return f"<= {off}"
+    if (a.gap or 0.0) >= 1e-7:
+        return f"{_fmt(_ratio(ours, a.cost), 3)} (<= {off})"
+    return _fmt(_ratio(ours, a.cost), 3)
 
 
 def _answer(a: planner_milp.Answer) -> str:

@@ -62,6 +62,9 @@ def build_config(
         fallbacks=freeze(_fallbacks(merged)),
         autostop=_autostop(merged),
         node_overhead=_node_overhead(merged),
+        command_timeout_s=_own_number(merged, "command_timeout_s"),
+        silence_warning_s=_own_number(merged, "silence_warning_s") or 300.0,
+        ray_start_timeout_s=_own_number(merged, "ray_start_timeout_s") or 300.0,
         no_restart=bool(merged.get("no_restart", False)),
         source=source,
         warnings=tuple(warnings),
@@ -78,6 +81,11 @@ def _autostop(merged: Mapping[str, Any]) -> Autostop | None:
 
 def _node_overhead(merged: Mapping[str, Any]) -> float | None:
     raw = ((merged.get("metadata") or {}).get("launcher") or {}).get("node_overhead")
+    return None if raw is None else float(raw)
+
+
+def _own_number(merged: Mapping[str, Any], key: str) -> float | None:
+    raw = ((merged.get("metadata") or {}).get("launcher") or {}).get(key)
     return None if raw is None else float(raw)
 
 

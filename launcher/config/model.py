@@ -137,6 +137,10 @@ class ClusterConfig:
     fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     autostop: Autostop | None = None  # metadata.launcher.autostop
     node_overhead: float | None = None  # metadata.launcher.node_overhead (None: the planner's)
+    # metadata.launcher: bounds on what runs on nodes (None: no limit on setup commands)
+    command_timeout_s: float | None = None
+    silence_warning_s: float = 300.0
+    ray_start_timeout_s: float = 300.0
     no_restart: bool = False
     source: str | None = None
     warnings: tuple[Problem, ...] = ()

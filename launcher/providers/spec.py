@@ -69,6 +69,13 @@ class ProviderSpec:
     def bootstrap_plan(self, config: ClusterConfig) -> list[PlannedResource]:
         return []
 
+    def derived_names(self, config: ClusterConfig) -> dict[str, str]:
+        """Every name `up` gives a cloud or machine resource that is derived from the
+        cluster name, by kind (`{"head IAM role": "launcher-head-x"}`): the exact names the
+        provider uses. Each must be unique per exact cluster name and valid for the cloud's
+        rules (see launcher/naming.py); the contract kit checks both."""
+        return {}
+
     def node_offer(
         self, config: ClusterConfig, node_type: NodeType, prices: PriceTable
     ) -> NodeOffer:

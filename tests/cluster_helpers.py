@@ -101,13 +101,24 @@ def temp_dir_of(name: str) -> str:
     return LocalhostProvider(config).temp_dir()
 
 
+def key_of(name: str) -> str | None:
+    """The process key of localhost cluster `name` in this test's home (None: none yet)."""
+    from launcher.paths import cluster_dir
+
+    try:
+        return (cluster_dir(name) / "localhost" / "key").read_text().strip() or None
+    except OSError:
+        return None
+
+
 def leftover_processes(name: str) -> list[str]:
-    return [p.command or str(p.pid) for p in cluster_processes(name, temp_dir_of(name))]
+    found = cluster_processes(key_of(name), temp_dir_of(name))
+    return [p.command or str(p.pid) for p in found]
 
 
 def kill_cluster(name: str) -> None:
     """Last-resort cleanup after a test, whatever state it left."""
-    stop_processes(p.pid for p in cluster_processes(name, temp_dir_of(name)))
+    stop_processes(p.pid for p in cluster_processes(key_of(name), temp_dir_of(name)))
 
 
 def interrupt(process: subprocess.Popen[str]) -> int:

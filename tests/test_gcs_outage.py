@@ -19,7 +19,7 @@ import pytest
 from launcher.autoscaler.gcs import GcsDemandReader
 from launcher.paths import cluster_dir
 from launcher.providers.localhost.processes import snapshot
-from tests.cluster_helpers import cluster_config, kill_cluster, run, status, wait_for
+from tests.cluster_helpers import cluster_config, key_of, kill_cluster, run, status, wait_for
 
 NAME = "tgcs-outage"
 
@@ -51,7 +51,7 @@ def test_the_autoscaler_outlives_a_hung_then_a_dead_gcs(cluster: Path) -> None:
     ray = {
         Path(p.command.split(" ")[0]).name: p.pid
         for p in snapshot()
-        if p.tagged(NAME, head["id"]) and p.command
+        if p.tagged(key_of(NAME) or "", head["id"]) and p.command
     }
 
     def outages() -> int:

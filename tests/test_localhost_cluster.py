@@ -18,6 +18,7 @@ from launcher.providers.localhost.processes import snapshot
 from tests.cluster_helpers import (
     cluster_config,
     interrupt,
+    key_of,
     kill_cluster,
     leftover_processes,
     run,
@@ -113,7 +114,11 @@ def test_killed_worker_is_replaced(cluster: tuple[str, Path]) -> None:
     name, path = cluster
     assert run("up", "-y", str(path)).returncode == 0
     worker = next(n for n in status(path)["nodes"] if n["kind"] == "worker")
-    raylet = next(p for p in snapshot() if p.tagged(name, worker["id"]) and "raylet" in p.command)
+    raylet = next(
+        p
+        for p in snapshot()
+        if p.tagged(key_of(name) or "", worker["id"]) and "raylet" in p.command
+    )
     os.kill(raylet.pid, signal.SIGKILL)
 
     def replaced() -> bool:

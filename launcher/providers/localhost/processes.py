@@ -2,8 +2,10 @@
 
 Three marks tie a process to a cluster, because Ray rewrites the process title of its
 Python processes (setproctitle), which also wipes what /proc shows of their environment:
-- LAUNCHER_CLUSTER / LAUNCHER_NODE_ID in the environment, which Ray's native daemons
-  (raylet, gcs_server) and plain Python processes keep;
+- LAUNCHER_CLUSTER_KEY / LAUNCHER_NODE_ID in the environment, which Ray's native daemons
+  (raylet, gcs_server) and plain Python processes keep. The key is random per cluster and
+  home (the cluster's name is not: another home or user may have a cluster of that name, or
+  anyone may set LAUNCHER_CLUSTER), and a cluster without a key has no tagged process;
 - the session: every process started by one of a node's commands shares its session id,
   even Ray's workers, which take a process group of their own;
 - for the cluster as a whole, a command line or open file under the cluster's Ray temp dir.
@@ -29,8 +31,9 @@ class ProcessInfo:
     command: str
     tags: dict[str, str] = field(default_factory=dict)
 
-    def tagged(self, cluster: str, node_id: str | None = None) -> bool:
-        if self.tags.get("LAUNCHER_CLUSTER") != cluster:
+    def tagged(self, key: str, node_id: str | None = None) -> bool:
+        """Whether the process carries the cluster key `key` (and is of node `node_id`)."""
+        if not key or self.tags.get("LAUNCHER_CLUSTER_KEY") != key:
             return False
         return node_id is None or self.tags.get("LAUNCHER_NODE_ID") == node_id
 
@@ -103,24 +106,26 @@ def _uses_path(pid: int, prefix: str) -> bool:
     return False
 
 
-def node_processes(cluster: str, node_id: str) -> list[ProcessInfo]:
-    """The processes of one node: those tagged with it, and everything in their sessions."""
+def node_processes(key: str, node_id: str) -> list[ProcessInfo]:
+    """The processes of one node of the cluster with key `key`: those tagged with it, and
+    everything in their sessions."""
     protected, own_session = _protected()
     processes = [p for p in snapshot() if p.pid not in protected]
-    sessions = {p.session for p in processes if p.tagged(cluster, node_id)} - {own_session}
-    return [p for p in processes if p.tagged(cluster, node_id) or p.session in sessions]
+    sessions = {p.session for p in processes if p.tagged(key, node_id)} - {own_session}
+    return [p for p in processes if p.tagged(key, node_id) or p.session in sessions]
 
 
-def cluster_processes(cluster: str, temp_dir: str) -> list[ProcessInfo]:
-    """Every process of a cluster, found by its tags, sessions or use of its Ray temp dir."""
+def cluster_processes(key: str | None, temp_dir: str) -> list[ProcessInfo]:
+    """Every process of a cluster, found by its key, sessions or use of its Ray temp dir
+    (which is the cluster's own: named after its home and user)."""
     protected, own_session = _protected()
     processes = [p for p in snapshot() if p.pid not in protected]
-    sessions = {p.session for p in processes if p.tagged(cluster)} - {own_session}
+    sessions = {p.session for p in processes if key and p.tagged(key)} - {own_session}
     prefix = temp_dir.rstrip("/") + "/"
     return [
         p
         for p in processes
-        if p.tagged(cluster)
+        if (key and p.tagged(key))
         or p.session in sessions
         or prefix in p.command + " "
         or temp_dir in p.command

@@ -7,17 +7,19 @@ it, and the autoscaler on this machine's host, as without containers. `up` refus
 when the engine is not installed here.
 
 State is a directory per cluster (`$LAUNCHER_HOME/clusters/NAME/localhost/nodes/ID/`) holding
-`node.json` (kind, type, IP, ports, tags); processes carry LAUNCHER_CLUSTER and
-LAUNCHER_NODE_ID in their environment, so nothing is lost if the files are.
+`node.json` (kind, type, IP, ports, tags); processes carry LAUNCHER_CLUSTER_KEY (a random
+key kept in the cluster's directory, so only this cluster of this home has it) and
+LAUNCHER_NODE_ID in their environment, so nothing is lost if the node files are. Addresses and
+ports are claimed machine-wide (see `machine.py`), whatever the home or user.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -40,6 +42,7 @@ from launcher.providers.base import (
     NodeState,
     NodeStatus,
 )
+from launcher.providers.localhost.machine import claim, claims, machine_dir, machine_lock, release
 from launcher.providers.localhost.processes import (
     cluster_processes,
     kill_processes,
@@ -69,15 +72,36 @@ class LocalhostProvider(NodeProvider):
     # -- NodeProvider -------------------------------------------------------------------
     def bootstrap(self, wait_s: float = 300.0) -> list[str]:
         self.nodes_dir.mkdir(parents=True, exist_ok=True)
+        self._make_key()
         return []
+
+    def _make_key(self) -> str:
+        """The cluster's process key, made once: what ties a process to this cluster of
+        this home, where the cluster's name alone is shared by every home and user."""
+        path = self.root / "key"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return self.cluster_key() or ""
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(16))
+        return self.cluster_key() or ""
+
+    def cluster_key(self) -> str | None:
+        """The key this cluster's processes carry; None when it never had any."""
+        try:
+            return (self.root / "key").read_text().strip() or None
+        except OSError:
+            return None
 
     def nodes(self) -> list[Node]:
         if not self.nodes_dir.is_dir():
             return []
+        key = self.cluster_key()
         raylets = {
             p.tags.get("LAUNCHER_NODE_ID")
             for p in snapshot()
-            if p.tagged(self.cluster_name) and _is_raylet(p.command)
+            if key and p.tagged(key) and _is_raylet(p.command)
         }
         found = []
         for record in sorted(self.nodes_dir.glob("*/node.json")):
@@ -111,7 +135,7 @@ class LocalhostProvider(NodeProvider):
             room = max(0, capacity - existing)
         else:
             room = count
-        with _machine_lock():
+        with machine_lock("localhost-ips.lock"):
             for _ in range(min(count - len(created), room)):
                 node_id = f"{kind.value[0]}-{uuid.uuid4().hex[:8]}"
                 home = self.nodes_dir / node_id / "home"
@@ -129,7 +153,9 @@ class LocalhostProvider(NodeProvider):
                     "ports": ports,
                     "tags": self.new_node_tags(node_type, kind, tags, request_id),
                 }
-                _write_json(self.nodes_dir / node_id / "node.json", data)
+                record = self.nodes_dir / node_id / "node.json"
+                _write_json(record, data)
+                claim(record, data["ip"], list(ports.values()))
                 created.append(self._node(data, False))
         if len(created) < count:
             raise CapacityError(
@@ -150,7 +176,8 @@ class LocalhostProvider(NodeProvider):
                 if problem:
                     problems.append(f"{node_id}: {problem}")
                     continue
-            stop_processes(p.pid for p in node_processes(self.cluster_name, node_id))
+            self._stop(node_id)
+            release(self.nodes_dir / node_id / "node.json")
             shutil.rmtree(self.nodes_dir / node_id, ignore_errors=True)
         if problems:
             raise ProviderError("could not remove the container of " + "; ".join(problems))
@@ -208,6 +235,7 @@ class LocalhostProvider(NodeProvider):
             LAUNCHER_AGENT_PORT=str(data.get("ports", {}).get("agent", "")),
             LAUNCHER_TEMP_DIR=self.temp_dir(),
             LAUNCHER_HOME=str(launcher_home()),
+            LAUNCHER_CLUSTER_KEY=self.cluster_key() or self._make_key(),
             RAY_USAGE_STATS_ENABLED="0",
         )
         if self._container(data) is None:
@@ -222,14 +250,21 @@ class LocalhostProvider(NodeProvider):
         return resources
 
     def ray_start_guard(self, node: Node) -> contextlib.AbstractContextManager[None]:
-        return _machine_lock("localhost-ray-start.lock")
+        return machine_lock("localhost-ray-start.lock")
+
+    def _processes(self, node_id: str) -> list[int]:
+        key = self.cluster_key()
+        return [] if key is None else [p.pid for p in node_processes(key, node_id)]
+
+    def _stop(self, node_id: str) -> None:
+        stop_processes(self._processes(node_id))
 
     def stop_node_ray(self, node: Node, runner: CommandRunner) -> str | None:
         # Not `ray stop`: it would stop every Ray node on this machine.
-        stop_processes(p.pid for p in node_processes(self.cluster_name, node.id))
-        left = node_processes(self.cluster_name, node.id)
+        self._stop(node.id)
+        left = self._processes(node.id)
         if left:
-            return f"{len(left)} process(es) of node {node.id} still run: pid {left[0].pid}"
+            return f"{len(left)} process(es) of node {node.id} still run: pid {left[0]}"
         return None
 
     def _spot_record(self, node: Node) -> tuple[Path, dict[str, Any]] | None:
@@ -262,19 +297,21 @@ class LocalhostProvider(NodeProvider):
             problem = _remove_container(spec.engine, self._container_name(node.id, spec.name))
             if problem:
                 raise ProviderError(f"could not reclaim {node.id}: {problem}")
-        kill_processes(p.pid for p in node_processes(self.cluster_name, node.id))
+        kill_processes(self._processes(node.id))
         data["reclaimed_at"] = time.time()
         _write_json(path, data)
         return True
 
     def cleanup(self, purge: bool = False) -> list[str]:
         removed = []
-        leftovers = cluster_processes(self.cluster_name, self.temp_dir())
+        leftovers = cluster_processes(self.cluster_key(), self.temp_dir())
         if leftovers:
             stop_processes(p.pid for p in leftovers)
             removed.append(f"{len(leftovers)} leftover process(es) of the cluster")
         for path in (Path(self.temp_dir()), self.root):
             if path.exists():
+                for record in path.glob("nodes/*/node.json"):
+                    release(record)
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(str(path))
         return removed
@@ -350,19 +387,6 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     write_whole(path, json.dumps(data, indent=1, sort_keys=True))
 
 
-@contextlib.contextmanager
-def _machine_lock(name: str = "localhost-ips.lock") -> Iterator[None]:
-    """Serialises IP allocation (or `ray start`) across every cluster and launcher here."""
-    path = launcher_home() / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _listening_ips() -> set[str]:
     """Loopback addresses something on this machine listens on (any cluster, any tool)."""
     found: set[str] = set()
@@ -380,7 +404,7 @@ def _listening_ips() -> set[str]:
 
 
 def _node_records() -> Iterator[dict[str, Any]]:
-    """The records of every localhost node of every cluster here."""
+    """The records of every localhost node of every cluster in this home."""
     for record in (launcher_home() / "clusters").glob("*/localhost/nodes/*/node.json"):
         data = _read_json(record)
         if data:
@@ -388,7 +412,10 @@ def _node_records() -> Iterator[dict[str, Any]]:
 
 
 def _used_ips() -> set[str]:
+    """Addresses listened on, or given to a node of any cluster of any home on this machine
+    (its Ray may not listen yet), or to a node of this home that has no claim."""
     used = _listening_ips()
+    used.update(c.ip for c in claims() if c.ip)
     used.update(str(data["ip"]) for data in _node_records() if data.get("ip"))
     return used
 
@@ -399,7 +426,7 @@ def _free_ip() -> str:
     to its replacement at once: on a cloud a new machine gets a new address, and Ray's GCS
     may still count the old node at that address alive for a few seconds."""
     used = _used_ips()
-    last_file = launcher_home() / "localhost-last-ip"
+    last_file = machine_dir() / "localhost-last-ip"
     try:
         last = int(last_file.read_text().strip().rsplit(".", 1)[-1])
     except (OSError, ValueError):
@@ -409,7 +436,8 @@ def _free_ip() -> str:
         host = _FIRST_HOST + (last - _FIRST_HOST + step) % span
         ip = f"127.0.0.{host}"
         if ip not in used:
-            last_file.write_text(ip)
+            with contextlib.suppress(OSError):  # another user's file: only the turn is lost
+                write_whole(last_file, ip, mode=0o666)
             return ip
     raise ProviderError(
         "no free loopback address left in 127.0.0.2-254; take down clusters "
@@ -423,9 +451,9 @@ RAY_WORKER_PORTS = (10002, 19999)
 
 
 def _used_ports() -> set[int]:
-    """The ports given to the nodes of every localhost cluster here, listening or not (a
+    """The ports given to the nodes of every localhost cluster on this machine, listening or not (a
     node whose Ray is not running yet, or is being restarted, still owns its ports)."""
-    used: set[int] = set()
+    used: set[int] = {port for c in claims() for port in c.ports}
     for data in _node_records():
         ports = data.get("ports")
         if isinstance(ports, dict):

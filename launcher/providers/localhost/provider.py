@@ -16,7 +16,6 @@ ports are claimed machine-wide (see `machine.py`), whatever the home or user.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import secrets
@@ -33,7 +32,7 @@ from typing import Any
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ProviderError
 from launcher.files import write_whole
-from launcher.paths import cluster_dir, launcher_home
+from launcher.paths import launcher_home
 from launcher.providers.base import (
     TAG_STATUS,
     Node,
@@ -50,6 +49,7 @@ from launcher.providers.localhost.processes import (
     snapshot,
     stop_processes,
 )
+from launcher.providers.localhost.spec import ray_temp_dir, state_dir
 from launcher.runners.base import CommandRunner
 from launcher.runners.container import ContainerSpec, container_for
 from launcher.runners.forward import PortOpener
@@ -66,7 +66,7 @@ class LocalhostProvider(NodeProvider):
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         super().__init__(config, on_head)
-        self.root = cluster_dir(self.cluster_name) / "localhost"
+        self.root = Path(state_dir(self.cluster_name))
         self.nodes_dir = self.root / "nodes"
 
     # -- NodeProvider -------------------------------------------------------------------
@@ -318,9 +318,7 @@ class LocalhostProvider(NodeProvider):
 
     # -- localhost specifics ------------------------------------------------------------
     def temp_dir(self) -> str:
-        """Ray's temp dir for this cluster; short, since Ray puts Unix sockets under it."""
-        digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:10]
-        return f"/tmp/launcher-{os.getuid()}-{digest}"
+        return ray_temp_dir(self.cluster_name)
 
     def head_python(self) -> str:
         return sys.executable

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,6 +13,7 @@ from launcher.config.defaults import provider_defaults
 from launcher.config.frozen import freeze
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
 from launcher.config.problems import Problem, Severity
+from launcher.paths import cluster_dir
 from launcher.pricing import PriceTable
 from launcher.providers.spec import NodeOffer, PlannedResource, ProviderSpec, extra_keys
 
@@ -20,6 +23,18 @@ _KNOWN = {"type", "use_node_id_as_ip", "disable_node_updaters", "disable_launch_
 @dataclass(frozen=True)
 class LocalhostProviderConfig(ProviderConfig):
     pass
+
+
+def state_dir(cluster_name: str) -> str:
+    """Where the localhost provider keeps a cluster's nodes (under the launcher's home)."""
+    return str(cluster_dir(cluster_name) / "localhost")
+
+
+def ray_temp_dir(cluster_name: str) -> str:
+    """Ray's temp dir for a cluster: short, since Ray puts Unix sockets under it, and the
+    cluster's own (named after its state directory, so after its home, and the user)."""
+    digest = hashlib.sha256(state_dir(cluster_name).encode()).hexdigest()[:10]
+    return f"/tmp/launcher-{os.getuid()}-{digest}"
 
 
 _START_KEYS = ("head_start_ray_commands", "worker_start_ray_commands")
@@ -81,20 +96,26 @@ class LocalhostSpec(ProviderSpec):
         )
 
     def bootstrap_plan(self, config: ClusterConfig) -> list[PlannedResource]:
+        names = self.derived_names(config)
         return [
             PlannedResource(
                 "state directory",
-                f"~/.launcher/clusters/{config.cluster_name}",
+                names["state directory"],
                 "create if missing",
-                "node ids, tags, IPs, pids and per-node logs",
+                "node ids, tags, IPs, ports, the cluster's process key and per-node logs",
             ),
+            PlannedResource("Ray temp directory", names["Ray temp directory"], "create if missing"),
             PlannedResource(
                 "loopback addresses",
                 "127.0.0.2 and up",
                 "use",
-                "one per node; Ray ports chosen free for this cluster",
+                "one per node, with Ray ports, claimed for every user and home of this machine",
             ),
         ]
+
+    def derived_names(self, config: ClusterConfig) -> dict[str, str]:
+        name = config.cluster_name
+        return {"state directory": state_dir(name), "Ray temp directory": ray_temp_dir(name)}
 
     def node_offer(
         self, config: ClusterConfig, node_type: NodeType, prices: PriceTable

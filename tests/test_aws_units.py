@@ -11,7 +11,7 @@ from pathlib import Path
 
 from launcher.config.frozen import freeze
 from launcher.providers.aws.clients import error_message
-from launcher.providers.aws.iam import head_policy, head_role_name
+from launcher.providers.aws.iam import HEAD_DESCRIBE_ACTIONS, head_policy, head_role_name
 from launcher.providers.aws.instances import launch_config_digest, to_node
 from launcher.providers.aws.launch import (
     LaunchContext,
@@ -245,12 +245,14 @@ def test_head_policy_limits_changes_to_the_clusters_tagged_instances() -> None:
     assert manage["Resource"] == "arn:aws:ec2:us-west-2:123456789012:instance/*"
     launch = statements["LaunchTaggedInstances"]
     assert launch["Condition"] == {"StringEquals": {"aws:RequestTag/launcher-cluster": "c1"}}
-    # Nothing but describing is allowed on every resource without a condition.
+    # Nothing but describing is allowed on every resource without a condition, and only
+    # what the head's autoscaler describes: not, say, any instance's user data.
     for statement in policy["Statement"]:
         if statement["Resource"] == "*" and "Condition" not in statement:
-            assert statement["Action"] == "ec2:Describe*"
-    assert "iam:" not in str(policy)
-    assert head_role_name("my cluster/1") == "launcher-head-my-cluster-1"
+            assert set(statement["Action"]) == set(HEAD_DESCRIBE_ACTIONS)
+    assert "Describe*" not in str(policy) and "DescribeInstanceAttribute" not in str(policy)
+    assert "iam:" not in str(policy)  # no worker type names a profile: nothing to pass
+    assert head_role_name("my-cluster_1") == "launcher-head-my-cluster_1"
     assert len(head_role_name("x" * 100)) == 64
 
 

@@ -14,29 +14,16 @@ from launcher.config.model import ClusterConfig
 from launcher.errors import ProviderError
 from launcher.providers.aws import iam, images, keys, network
 from launcher.providers.aws.clients import AwsClients
-from launcher.providers.aws.launch import (
-    LaunchContext,
-    names_groups,
-    needs_image,
-    needs_key,
-    subnet_ids,
+from launcher.providers.aws.launch import LaunchContext, needs_image, subnet_ids
+from launcher.providers.aws.spec import (
+    AwsProviderConfig,
+    group_name,
+    makes_head_role,
+    own_key_name,
+    passed_profiles,
 )
-from launcher.providers.aws.spec import AwsProviderConfig
 
-
-def group_name(config: ClusterConfig) -> str:
-    provider = config.provider
-    assert isinstance(provider, AwsProviderConfig)
-    return provider.security_group_name or f"launcher-{config.cluster_name}"
-
-
-def own_key_name(config: ClusterConfig) -> str | None:
-    """The launcher's key pair name, or None when every node type names its own key."""
-    provider = config.provider
-    assert isinstance(provider, AwsProviderConfig)
-    if not any(needs_key(t.node_config) for t in config.node_types.values()):
-        return None
-    return provider.key_name or keys.default_key_name(config.cluster_name, provider.region)
+__all__ = ["group_name", "own_key_name", "resolve"]
 
 
 def resolve(
@@ -52,6 +39,9 @@ def resolve(
     assert isinstance(provider, AwsProviderConfig)
     done: list[str] = []
     subnets = _subnets(clients, config, provider)
+    head_role = makes_head_role(config) and create
+    # Before anything is made: a profile that cannot be resolved stops `up` here.
+    passed = iam.profile_roles(clients, passed_profiles(config)) if head_role else []
     key_name = own_key_name(config)
     if key_name is not None and create:
         what = keys.ensure_key_pair(clients, key_name, config.cluster_name)
@@ -60,8 +50,10 @@ def resolve(
     vpc_id = next(iter(vpcs)) if len(vpcs) == 1 else None
     group_id = _group(clients, config, provider, vpc_id, vpcs, create, ssh_from, done)
     head_profile: str | None = None
-    if "IamInstanceProfile" not in config.head_type.node_config and create:
-        head_profile, made = iam.ensure_head_profile(clients, config.cluster_name, provider.region)
+    if head_role:
+        head_profile, made = iam.ensure_head_profile(
+            clients, config.cluster_name, provider.region, passed
+        )
         done += made
     images_by_type = _images(clients, config, provider.region, done if create else [])
     contexts = {
@@ -109,9 +101,9 @@ def _group(
     done: list[str],
 ) -> str | None:
     """The id of the launcher's own security group, when some node type names none."""
-    if all(names_groups(t.node_config) for t in config.node_types.values()):
-        return None
     name = group_name(config)
+    if name is None:
+        return None
     if vpc_id is None:
         raise ProviderError(
             f"the node types' subnets are in {len(vpcs)} VPCs ({', '.join(sorted(vpcs))}); "

@@ -1,29 +1,42 @@
 """The head node's IAM role and instance profile: it may manage only its own cluster's
 instances.
 
-The policy (a pure function of cluster, region and account) lets the head launch instances
-only when they carry the cluster's tag, and start, stop, terminate or retag only instances
-that already carry it. Describe calls cannot be limited by tag in EC2, so they are allowed.
+The policy (a pure function of cluster, region, account and the roles it may pass) lets the
+head launch instances only when they carry the cluster's tag, and start, stop, terminate or
+retag only instances that already carry it. Describe calls cannot be limited by tag in EC2;
+the head is allowed exactly the ones its autoscaler makes (`HEAD_DESCRIBE_ACTIONS`), so it
+cannot read, for instance, another instance's user data (DescribeInstanceAttribute). A
+worker type whose node_config names an instance profile is launched with it, which needs
+iam:PassRole on that profile's role: `profile_roles` resolves those roles at `up`, and the
+policy allows passing exactly them, to EC2 only.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from launcher.errors import ProviderError
 from launcher.providers.aws.clients import AwsClients, boto_errors, error_message, is_not_found
+from launcher.providers.aws.names import head_role_name
 from launcher.providers.base import TAG_CLUSTER
 
 POLICY_NAME = "launcher-head"
 PROPAGATION_WAIT_S = 60.0  # a new instance profile is not usable by RunInstances at once
+# What the head's provider describes (provider.py, bootstrap.py with create=False, images.py,
+# network.py's lookups, and `cleanup` when autostop takes the cluster down); nothing else.
+HEAD_DESCRIBE_ACTIONS = (
+    "ec2:DescribeImages",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeInstances",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeSpotInstanceRequests",
+    "ec2:DescribeSubnets",
+)
 
-
-def head_role_name(cluster_name: str) -> str:
-    """IAM names allow 64 characters of [A-Za-z0-9+=,.@_-]."""
-    safe = "".join(c if c.isalnum() or c in "+=,.@_-" else "-" for c in cluster_name)
-    return f"launcher-head-{safe}"[:64]
+__all__ = ["HEAD_DESCRIBE_ACTIONS", "head_policy", "head_role_name", "profile_roles"]
 
 
 def trust_policy() -> dict[str, Any]:
@@ -39,58 +52,98 @@ def trust_policy() -> dict[str, Any]:
     }
 
 
-def head_policy(cluster_name: str, region: str, account: str) -> dict[str, Any]:
+def head_policy(
+    cluster_name: str, region: str, account: str, passed_roles: Sequence[str] = ()
+) -> dict[str, Any]:
     instances = f"arn:aws:ec2:{region}:{account}:instance/*"
     own = {"StringEquals": {f"ec2:ResourceTag/{TAG_CLUSTER}": cluster_name}}
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Sid": "Look", "Effect": "Allow", "Action": "ec2:Describe*", "Resource": "*"},
+    statements = [
+        {"Sid": "Look", "Effect": "Allow", "Action": list(HEAD_DESCRIBE_ACTIONS), "Resource": "*"},
+        {
+            "Sid": "LaunchTaggedInstances",
+            "Effect": "Allow",
+            "Action": "ec2:RunInstances",
+            "Resource": instances,
+            "Condition": {"StringEquals": {f"aws:RequestTag/{TAG_CLUSTER}": cluster_name}},
+        },
+        {
+            "Sid": "LaunchWithTheRest",
+            "Effect": "Allow",
+            "Action": "ec2:RunInstances",
+            "Resource": [
+                f"arn:aws:ec2:{region}:{account}:{kind}/*"
+                for kind in (
+                    "volume",
+                    "network-interface",
+                    "subnet",
+                    "security-group",
+                    "key-pair",
+                    "spot-instances-request",
+                )
+            ]
+            + [f"arn:aws:ec2:{region}::image/*", f"arn:aws:ec2:{region}:{account}:image/*"],
+        },
+        {
+            "Sid": "TagAtLaunch",
+            "Effect": "Allow",
+            "Action": "ec2:CreateTags",
+            "Resource": "*",
+            "Condition": {"StringEquals": {"ec2:CreateAction": "RunInstances"}},
+        },
+        {
+            "Sid": "ManageOwnInstances",
+            "Effect": "Allow",
+            "Action": [
+                "ec2:CreateTags",
+                "ec2:StartInstances",
+                "ec2:StopInstances",
+                "ec2:TerminateInstances",
+            ],
+            "Resource": instances,
+            "Condition": own,
+        },
+        {
+            "Sid": "CancelOwnSpotRequests",
+            "Effect": "Allow",
+            "Action": "ec2:CancelSpotInstanceRequests",
+            "Resource": f"arn:aws:ec2:{region}:{account}:spot-instances-request/*",
+            "Condition": own,
+        },
+    ]
+    if passed_roles:
+        statements.append(
             {
-                "Sid": "LaunchTaggedInstances",
+                "Sid": "PassWorkerRoles",
                 "Effect": "Allow",
-                "Action": "ec2:RunInstances",
-                "Resource": instances,
-                "Condition": {"StringEquals": {f"aws:RequestTag/{TAG_CLUSTER}": cluster_name}},
-            },
-            {
-                "Sid": "LaunchWithTheRest",
-                "Effect": "Allow",
-                "Action": "ec2:RunInstances",
-                "Resource": [
-                    f"arn:aws:ec2:{region}:{account}:{kind}/*"
-                    for kind in (
-                        "volume",
-                        "network-interface",
-                        "subnet",
-                        "security-group",
-                        "key-pair",
-                        "spot-instances-request",
-                    )
-                ]
-                + [f"arn:aws:ec2:{region}::image/*", f"arn:aws:ec2:{region}:{account}:image/*"],
-            },
-            {
-                "Sid": "TagAtLaunch",
-                "Effect": "Allow",
-                "Action": "ec2:CreateTags",
-                "Resource": "*",
-                "Condition": {"StringEquals": {"ec2:CreateAction": "RunInstances"}},
-            },
-            {
-                "Sid": "ManageOwnInstances",
-                "Effect": "Allow",
-                "Action": [
-                    "ec2:CreateTags",
-                    "ec2:StartInstances",
-                    "ec2:StopInstances",
-                    "ec2:TerminateInstances",
-                ],
-                "Resource": instances,
-                "Condition": own,
-            },
-        ],
-    }
+                "Action": "iam:PassRole",
+                "Resource": sorted(set(passed_roles)),
+                "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+            }
+        )
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def profile_roles(clients: AwsClients, profiles: Mapping[str, str]) -> list[str]:
+    """The ARNs of the roles of the instance profiles node types name (node type -> profile
+    name), looked up in IAM. Raises ProviderError naming the node type when one is missing."""
+    roles: list[str] = []
+    for node_type, name in sorted(profiles.items()):
+        try:
+            found = clients.iam.get_instance_profile(InstanceProfileName=name)
+        except boto_errors() as exc:
+            where = f"available_node_types.{node_type}.node_config.IamInstanceProfile"
+            if is_not_found(exc):
+                raise ProviderError(
+                    f"instance profile {name} ({where}) does not exist in IAM; create it, or "
+                    "name an existing one there"
+                ) from exc
+            raise ProviderError(
+                f"cannot read instance profile {name} ({where}): {error_message(exc)}; the "
+                "credentials `up` runs with need iam:GetInstanceProfile to let the head pass "
+                "its role"
+            ) from exc
+        roles += [str(role["Arn"]) for role in found["InstanceProfile"].get("Roles", ())]
+    return roles
 
 
 def find_head_profile(clients: AwsClients, cluster_name: str) -> str | None:
@@ -105,10 +158,11 @@ def find_head_profile(clients: AwsClients, cluster_name: str) -> str | None:
 
 
 def ensure_head_profile(
-    clients: AwsClients, cluster_name: str, region: str
+    clients: AwsClients, cluster_name: str, region: str, passed_roles: Sequence[str] = ()
 ) -> tuple[str, list[str]]:
     """The head's instance profile ARN, creating the role, its policy and the profile where
-    missing. Returns the ARN and what was created."""
+    missing (the policy is written every time, allowing `passed_roles` to be passed).
+    Returns the ARN and what was created."""
     iam = clients.iam
     name = head_role_name(cluster_name)
     created: list[str] = []
@@ -130,7 +184,7 @@ def ensure_head_profile(
         iam.put_role_policy(
             RoleName=name,
             PolicyName=POLICY_NAME,
-            PolicyDocument=json.dumps(head_policy(cluster_name, region, account)),
+            PolicyDocument=json.dumps(head_policy(cluster_name, region, account, passed_roles)),
         )
         arn = find_head_profile(clients, cluster_name)
         if arn is None:

@@ -13,12 +13,11 @@ from __future__ import annotations
 from launcher.errors import ProviderError
 from launcher.providers.aws.clients import AwsClients, boto_errors, error_message, is_not_found
 from launcher.providers.aws.instances import aws_tags
+from launcher.providers.aws.names import default_key_name
 from launcher.providers.base import TAG_CLUSTER
 from launcher.providers.keyfiles import key_path, new_private_key, public_key, write_private
 
-
-def default_key_name(cluster_name: str, region: str) -> str:
-    return f"launcher-{cluster_name}-{region}"
+__all__ = ["default_key_name", "delete_key_pair", "ensure_key_pair", "key_pair_exists"]
 
 
 def key_pair_exists(clients: AwsClients, key_name: str) -> bool:

@@ -6,17 +6,26 @@ each zone in `provider.availability_zone` (in that order), else of every zone.
 The security group (`launcher-CLUSTER` unless named) lets the cluster's nodes talk to each
 other freely and lets SSH in only from the caller: `provider.allow_ssh_from` when given,
 else the VPC's own address range with `use_internal_ips` (the caller is inside it), else the
-caller's public address as AWS sees it (https://checkip.amazonaws.com).
+caller's public address as AWS sees it (https://checkip.amazonaws.com). Each `up` brings the
+SSH rules it made (marked with `SSH_RULE_NOTE`) to that: a caller's old address, or a range
+since left out of `allow_ssh_from`, loses its rule.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from launcher.errors import ProviderError
-from launcher.providers.aws.clients import AwsClients, boto_errors, error_message, is_duplicate
+from launcher.providers.aws.clients import (
+    AwsClients,
+    boto_errors,
+    error_message,
+    is_duplicate,
+    is_not_found,
+)
 from launcher.providers.aws.launch import Placement
 from launcher.providers.base import TAG_CLUSTER
 
@@ -85,16 +94,50 @@ def wanted_rules(
         }
     ]
     for cidr in ssh_from:
-        rules.append(
-            {
-                "IpProtocol": "tcp",
-                "FromPort": 22,
-                "ToPort": 22,
-                "IpRanges": [{"CidrIp": cidr, "Description": SSH_RULE_NOTE}],
-            }
-        )
+        rules.append({**_SSH, **_ranges(cidr, SSH_RULE_NOTE)})
     rules.extend(dict(rule) for rule in extra)
     return rules
+
+
+_SSH = {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22}
+
+
+def _ranges(cidr: str, note: str | None = None) -> dict[str, Any]:
+    """The source part of a permission: IPv6 ranges go in Ipv6Ranges, as EC2 requires."""
+    described = {"Description": note} if note else {}
+    if ":" in cidr:
+        return {"Ipv6Ranges": [{"CidrIpv6": cidr, **described}]}
+    return {"IpRanges": [{"CidrIp": cidr, **described}]}
+
+
+def _network(cidr: str) -> str:
+    try:
+        return str(ipaddress.ip_network(cidr, strict=False))
+    except ValueError:
+        return cidr
+
+
+def stale_ssh_rules(
+    present: Sequence[Mapping[str, Any]], ssh_from: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The SSH permissions the launcher made (they carry its note) for sources it no longer
+    allows: an address the caller had before, or one left out of `allow_ssh_from` since.
+    Rules anyone else added are left alone."""
+    wanted = {_network(c) for c in ssh_from}
+    stale: list[dict[str, Any]] = []
+    for rule in present:
+        if (rule.get("IpProtocol"), rule.get("FromPort"), rule.get("ToPort")) != ("tcp", 22, 22):
+            continue
+        sources = [r.get("CidrIp") for r in rule.get("IpRanges", ()) if _ours(r)]
+        sources += [r.get("CidrIpv6") for r in rule.get("Ipv6Ranges", ()) if _ours(r)]
+        for cidr in sources:
+            if isinstance(cidr, str) and _network(cidr) not in wanted:
+                stale.append({**_SSH, **_ranges(cidr)})
+    return stale
+
+
+def _ours(source: Mapping[str, Any]) -> bool:
+    return source.get("Description") == SSH_RULE_NOTE
 
 
 def _rule_keys(rule: Mapping[str, Any]) -> set[tuple[str, Any, Any, str]]:
@@ -163,9 +206,8 @@ def ensure_group(
                     raise
                 group = find_group(clients, name, vpc_id) or {}
         group_id = str(group["GroupId"])
-        missing = missing_rules(
-            wanted_rules(group_id, ssh_from, extra), group.get("IpPermissions", [])
-        )
+        present = group.get("IpPermissions", [])
+        missing = missing_rules(wanted_rules(group_id, ssh_from, extra), present)
         if missing:
             try:
                 clients.ec2.authorize_security_group_ingress(
@@ -176,12 +218,30 @@ def ensure_group(
                     raise
             sources = ", ".join(sorted(ssh_from))
             done.append(f"security group {name}: SSH allowed from {sources} and between nodes")
+        stale = stale_ssh_rules(present, ssh_from)
+        if stale:
+            _revoke(clients, group_id, stale)
+            gone = ", ".join(_source(rule) for rule in stale)
+            done.append(f"security group {name}: SSH no longer allowed from {gone}")
     except boto_errors() as exc:
         raise ProviderError(
             f"cannot set up security group {name}: {error_message(exc)}; name existing groups "
             "with node_config.SecurityGroupIds"
         ) from exc
     return group_id, done
+
+
+def _source(rule: Mapping[str, Any]) -> str:
+    ranges = [*rule.get("IpRanges", ()), *rule.get("Ipv6Ranges", ())]
+    return ", ".join(str(r.get("CidrIp") or r.get("CidrIpv6")) for r in ranges)
+
+
+def _revoke(clients: AwsClients, group_id: str, rules: Sequence[Mapping[str, Any]]) -> None:
+    try:
+        clients.ec2.revoke_security_group_ingress(GroupId=group_id, IpPermissions=list(rules))
+    except boto_errors() as exc:
+        if not is_not_found(exc):  # InvalidPermission.NotFound: revoked meanwhile
+            raise
 
 
 def delete_groups(clients: AwsClients, name: str, cluster_name: str) -> list[str]:

@@ -664,7 +664,9 @@ class AwsProvider(NodeProvider):
         except boto_errors() as exc:
             message = error_message(exc)
             raise ProviderError(f"cannot remove network interfaces: {message}") from exc
-        removed += network.delete_groups(self.clients, group_name(self.config), self.cluster_name)
+        group = group_name(self.config)
+        if group is not None:
+            removed += network.delete_groups(self.clients, group, self.cluster_name)
         key_name = own_key_name(self.config)
         if key_name:
             removed += keys.delete_key_pair(self.clients, key_name)

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from launcher.config.frozen import freeze
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
-from launcher.config.problems import Problem
+from launcher.config.problems import Problem, Severity
 from launcher.pricing import PriceTable, load_prices
-from launcher.providers.aws.keys import default_key_name
-from launcher.providers.aws.launch import is_spot, names_groups
+from launcher.providers.aws.launch import is_spot, names_groups, needs_key
+from launcher.providers.aws.names import (
+    default_group_name,
+    default_key_name,
+    head_role_name,
+    profile_name,
+)
 from launcher.providers.spec import (
     NodeOffer,
     PlannedResource,
@@ -59,8 +65,42 @@ def _node_types(merged: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]
     ]
 
 
-def _all_set(config: ClusterConfig, key: str) -> bool:
-    return all(key in t.node_config for t in config.node_types.values())
+def _settings(config: ClusterConfig) -> AwsProviderConfig:
+    provider = config.provider
+    assert isinstance(provider, AwsProviderConfig)
+    return provider
+
+
+def group_name(config: ClusterConfig) -> str | None:
+    """The launcher's own security group, or None when every node type names its groups."""
+    if all(names_groups(t.node_config) for t in config.node_types.values()):
+        return None
+    return _settings(config).security_group_name or default_group_name(config.cluster_name)
+
+
+def own_key_name(config: ClusterConfig) -> str | None:
+    """The launcher's key pair name, or None when every node type names its own key."""
+    if not any(needs_key(t.node_config) for t in config.node_types.values()):
+        return None
+    provider = _settings(config)
+    return provider.key_name or default_key_name(config.cluster_name, provider.region)
+
+
+def makes_head_role(config: ClusterConfig) -> bool:
+    """Whether `up` makes the head's IAM role (the head's node_config names no profile)."""
+    return "IamInstanceProfile" not in config.head_type.node_config
+
+
+def passed_profiles(config: ClusterConfig) -> dict[str, str]:
+    """Node type -> the instance profile its node_config names: the head launches such
+    workers, so its role must be allowed to pass that profile's role (iam:PassRole)."""
+    found: dict[str, str] = {}
+    for name, node_type in config.node_types.items():
+        given = node_type.node_config.get("IamInstanceProfile")
+        profile = profile_name(given) if isinstance(given, Mapping) else None
+        if profile is not None:
+            found[name] = profile
+    return found
 
 
 class AwsSpec(ProviderSpec):
@@ -120,6 +160,8 @@ class AwsSpec(ProviderSpec):
                         "keep one: SubnetIds lists subnets to try in order",
                     )
                 )
+        if isinstance(provider, Mapping):
+            problems += ssh_source_problems(provider.get("allow_ssh_from"))
         return problems
 
     def build_provider(self, section: Mapping[str, Any]) -> ProviderConfig:
@@ -150,14 +192,12 @@ class AwsSpec(ProviderSpec):
         return found
 
     def bootstrap_plan(self, config: ClusterConfig) -> list[PlannedResource]:
-        provider = config.provider
-        assert isinstance(provider, AwsProviderConfig)
-        name = config.cluster_name
+        provider = _settings(config)
         plan = []
-        if _all_set(config, "KeyName") or _all_set(config, "LaunchTemplate"):
+        key = own_key_name(config)
+        if key is None:
             plan.append(PlannedResource("key pair", "from node_config", "reuse"))
         else:
-            key = provider.key_name or default_key_name(name, provider.region)
             plan.append(
                 PlannedResource(
                     "key pair",
@@ -166,33 +206,55 @@ class AwsSpec(ProviderSpec):
                     f"private key saved to ~/.launcher/keys/{key}.pem (mode 0600)",
                 )
             )
-        if all(names_groups(t.node_config) for t in config.node_types.values()):
+        group = group_name(config)
+        if group is None:
             plan.append(PlannedResource("security group", "from node_config", "reuse"))
         else:
             extra = len(provider.security_group_rules)
             plan.append(
                 PlannedResource(
                     "security group",
-                    provider.security_group_name or f"launcher-{name}",
+                    group,
                     "create if missing",
                     f"SSH from {_ssh_sources(provider)} only; all traffic between the "
                     "cluster's nodes" + (f"; {extra} extra inbound rule(s)" if extra else ""),
                 )
             )
-        if "IamInstanceProfile" in config.head_type.node_config:
-            plan.append(PlannedResource("IAM instance profile", "from head node_config", "reuse"))
-        else:
-            plan.append(
-                PlannedResource(
-                    "IAM role + instance profile",
-                    f"launcher-head-{name}",
-                    "create if missing",
-                    f"the head may manage only instances tagged launcher-cluster={name}",
-                )
-            )
+        plan.append(self._head_role(config))
         plan.append(self._subnets(config, provider))
         plan.append(self._images(config))
         return plan
+
+    def derived_names(self, config: ClusterConfig) -> dict[str, str]:
+        provider = _settings(config)
+        names: dict[str, str] = {}
+        if own_key_name(config) is not None and not provider.key_name:
+            names["key pair"] = default_key_name(config.cluster_name, provider.region)
+        if group_name(config) is not None and not provider.security_group_name:
+            names["security group"] = default_group_name(config.cluster_name)
+        if makes_head_role(config):
+            names["head IAM role"] = head_role_name(config.cluster_name)
+            names["head instance profile"] = head_role_name(config.cluster_name)
+        return names
+
+    @staticmethod
+    def _head_role(config: ClusterConfig) -> PlannedResource:
+        if not makes_head_role(config):
+            return PlannedResource("IAM instance profile", "from head node_config", "reuse")
+        detail = f"the head may manage only instances tagged launcher-cluster={config.cluster_name}"
+        passed = passed_profiles(config)
+        if passed:
+            named = ", ".join(f"{p} ({t})" for t, p in sorted(passed.items()))
+            detail += (
+                f"; it may pass the role of instance profile(s) {named} to the workers it "
+                "launches (iam:PassRole, each role resolved at `up`)"
+            )
+        return PlannedResource(
+            "IAM role + instance profile",
+            head_role_name(config.cluster_name),
+            "create if missing",
+            detail,
+        )
 
     @staticmethod
     def _subnets(config: ClusterConfig, provider: AwsProviderConfig) -> PlannedResource:
@@ -232,6 +294,48 @@ class AwsSpec(ProviderSpec):
             return NodeOffer("instance type from launch template", spot, None)
         info = prices.machine("aws", kind)
         return NodeOffer(kind, spot, info.price if info else None)
+
+
+def ssh_source_problems(sources: object) -> list[Problem]:
+    """Each `allow_ssh_from` entry must be a network (CIDR) as EC2 takes it; one open to
+    every address is allowed, with a warning."""
+    if not isinstance(sources, list):
+        return []  # the schema reports it
+    problems = []
+    for index, source in enumerate(sources):
+        path = ("provider", "allow_ssh_from", index)
+        if not isinstance(source, str):
+            continue
+        try:
+            network = ipaddress.ip_network(source.strip())
+        except ValueError as exc:
+            problems.append(Problem(path, _cidr_error(source, exc), _cidr_fix(source)))
+            continue
+        if network.prefixlen == 0:
+            problems.append(
+                Problem(
+                    path,
+                    f"{source} opens SSH to every address on the internet",
+                    "name the networks SSH comes from, such as your office's range, or leave "
+                    "allow_ssh_from out to allow only this machine's address",
+                    severity=Severity.WARNING,
+                )
+            )
+    return problems
+
+
+def _cidr_error(source: str, exc: ValueError) -> str:
+    if "has host bits set" in str(exc):
+        return f"{source} has host bits set"
+    return f"{source!r} is not an address range (CIDR)"
+
+
+def _cidr_fix(source: str) -> str:
+    try:
+        network = ipaddress.ip_network(source.strip(), strict=False)
+    except ValueError:
+        return "write an IPv4 or IPv6 range such as 203.0.113.0/24 or 2001:db8::/32"
+    return f"write the range as {network}"
 
 
 def _ssh_sources(provider: AwsProviderConfig) -> str:

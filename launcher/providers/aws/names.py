@@ -1,0 +1,44 @@
+"""Names of what `up` makes on AWS for a cluster, derived from the cluster's name (pure).
+
+Each is unique per exact cluster name and valid for AWS's rules (launcher/naming.py): IAM
+compares role and instance profile names without case and allows 64 characters, and EC2
+compares security group names without case. Key pair names are treated alike, because the
+private key's file is named after the key pair and some file systems ignore case too. The
+provider and `plan` (spec.py) both call these, so `plan` prints the names `up` uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from launcher.naming import AWS_EC2, AWS_IAM, derive
+
+# EC2: "Names are case-insensitive and must be unique within the VPC" (CreateSecurityGroup).
+EC2_CASE_BLIND = dataclasses.replace(AWS_EC2, ignores_case=True)
+
+
+def head_role_name(cluster_name: str) -> str:
+    """The head's IAM role, and its instance profile (same name)."""
+    return derive("launcher-head-", cluster_name, AWS_IAM)
+
+
+def default_group_name(cluster_name: str) -> str:
+    return derive("launcher-", cluster_name, EC2_CASE_BLIND)
+
+
+def default_key_name(cluster_name: str, region: str) -> str:
+    return derive("launcher-", cluster_name, EC2_CASE_BLIND, f"-{region}")
+
+
+def profile_name(profile: Mapping[str, Any]) -> str | None:
+    """The instance profile a node_config's `IamInstanceProfile` names, by Name or by Arn
+    (`arn:aws:iam::ACCOUNT:instance-profile/PATH/NAME`); None when it names neither."""
+    name = profile.get("Name")
+    if isinstance(name, str) and name:
+        return name
+    arn = profile.get("Arn")
+    if isinstance(arn, str) and ":instance-profile/" in arn:
+        return arn.rsplit("/", 1)[-1] or None
+    return None

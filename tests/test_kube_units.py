@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import launcher.config  # noqa: F401  (the config package first: it imports the providers)
+from launcher.naming import name_hash
 from launcher.providers.base import (
     TAG_CLUSTER,
     TAG_KIND,
@@ -17,16 +18,14 @@ from launcher.providers.base import (
     NodeState,
     NodeStatus,
 )
+from launcher.providers.kubernetes.names import autoscaler_name, is_label_value, label_problem
 from launcher.providers.kubernetes.objects import (
     AUTOSCALER_RULES,
-    DEFAULT_NAME,
     autoscaler_objects,
     name_of,
 )
 from launcher.providers.kubernetes.pods import (
     ANNOTATION_PREFIX,
-    is_label_value,
-    label_problem,
     name_prefix,
     pod_body,
     split_tags,
@@ -82,7 +81,7 @@ def test_tags_kubernetes_refuses_as_labels_live_in_annotations_and_read_back() -
 def test_a_cluster_name_that_cannot_label_pods_is_refused_with_the_fix() -> None:
     assert label_problem("example-cluster") is None
     problem = label_problem("my cluster")
-    assert problem is not None and "rename the cluster" in problem
+    assert problem is not None and "cannot be a Kubernetes label value" in problem
 
 
 def test_pods_as_nodes() -> None:
@@ -159,7 +158,8 @@ def test_pod_body_keeps_the_manifest_and_adds_the_nodes_labels() -> None:
     )
     assert "name" not in named["metadata"]
     assert named["metadata"]["generateName"] == name_prefix("My_Cluster", NodeKind.WORKER)
-    assert named["metadata"]["generateName"] == "my-cluster-worker-"
+    # Changed to fit DNS-1123, so followed by a hash of the exact name.
+    assert named["metadata"]["generateName"] == f"my-cluster-{name_hash('My_Cluster')}-worker-"
     assert named["spec"]["serviceAccountName"] == "own"
 
 
@@ -177,13 +177,16 @@ def _settings(**keys: Any) -> KubernetesProviderConfig:
 
 
 def test_the_autoscalers_objects_are_the_configs_or_the_launchers_own() -> None:
-    account, role, binding = (m for _, m in autoscaler_objects(_settings()))
-    assert name_of(account) == name_of(role) == name_of(binding) == DEFAULT_NAME
+    account, role, binding = (m for _, m in autoscaler_objects(_settings(), "c"))
+    own = autoscaler_name("c")
+    assert name_of(account) == name_of(role) == name_of(binding) == own
     assert role["rules"] == [dict(r) for r in AUTOSCALER_RULES]
     resources = {r for rule in role["rules"] for r in rule["resources"]}
     assert resources == {"pods", "pods/status", "pods/exec", "services"}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": DEFAULT_NAME}]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": own}]
+    assert binding["roleRef"]["name"] == own
     given = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "autoscaler"}}
-    account, _, binding = (m for _, m in autoscaler_objects(_settings(service_account=given)))
+    made = autoscaler_objects(_settings(service_account=given), "c")
+    account, _, binding = (m for _, m in made)
     assert account == given
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "autoscaler"}]

@@ -33,6 +33,8 @@ from .selectors import FieldSelector, LabelSelector
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
 _SUFFIX = string.ascii_lowercase.replace("a", "").replace("e", "") + "2456789"
+# The API server keeps at most this much of a generateName, so a name stays within 63.
+GENERATED_BASE_MAX = 58
 
 
 def now() -> str:
@@ -179,8 +181,9 @@ class Store:
 
     def _generate_name(self, table: dict[Key, Obj], meta: dict[str, Any]) -> str:
         namespace = meta.get("namespace") or ""
+        base = str(meta["generateName"])[:GENERATED_BASE_MAX]  # as the API server cuts it
         for _ in range(100):
-            name = meta["generateName"] + "".join(secrets.choice(_SUFFIX) for _ in range(5))
+            name = base + "".join(secrets.choice(_SUFFIX) for _ in range(5))
             if (namespace, name) not in table:
                 return str(name)
         raise errors.ApiError(500, "InternalError", "could not generate a unique name")

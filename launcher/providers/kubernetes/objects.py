@@ -1,11 +1,17 @@
 """What a cluster needs in its namespace besides pods: the autoscaler's ServiceAccount,
 Role and RoleBinding, and the services Ray's config declares.
 
-Created if missing and reused if present (`ensure`). The objects the launcher created carry
-an annotation saying so and another listing the clusters that use them; `down --purge`
-removes a cluster from that list and deletes an object no cluster uses any more. Objects
-the user or an administrator made are never deleted. Services are the cluster's own
-(labelled with it) and go with `down`.
+Created if missing and reused if present (`ensure`). Where the config names no autoscaler
+objects, the launcher's own are the cluster's alone, named from the exact cluster name
+(`names.autoscaler_name`). Objects the config names may be shared by several clusters: the
+objects the launcher created carry an annotation saying so and another listing the clusters
+that use them; `down --purge` removes a cluster from that list and deletes an object no
+cluster uses any more. Objects the user or an administrator made are never deleted.
+
+Services are the cluster's own: labelled with it, selecting only its pods (the cluster's
+label is added to the selector, so `component: ray-head` in two clusters' configs never
+reaches the other's head), and gone with `down`. A service of the same name that another
+cluster owns is not taken over: `up` says so.
 """
 
 from __future__ import annotations
@@ -17,14 +23,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.config.frozen import thaw
-from launcher.errors import ProviderError
+from launcher.errors import ProviderError, UsageError
 from launcher.providers.base import TAG_CLUSTER
 from launcher.providers.kubernetes.clients import KubeApis
+from launcher.providers.kubernetes.names import autoscaler_name
 from launcher.providers.kubernetes.spec import KubernetesProviderConfig
 
 CREATED_BY = "launcher.created-by"
 USED_BY = "launcher.clusters"
-DEFAULT_NAME = "launcher-autoscaler"
+# The one ServiceAccount, Role and RoleBinding that earlier versions of the launcher shared
+# among all clusters of a namespace: `down --purge` still releases a cluster's use of them.
+SHARED_NAME = "launcher-autoscaler"
 # What the autoscaler in the head pod does, in its namespace only.
 AUTOSCALER_RULES = (
     {
@@ -73,25 +82,26 @@ def message_of(exc: Exception) -> str:
 
 
 def autoscaler_objects(
-    settings: KubernetesProviderConfig,
+    settings: KubernetesProviderConfig, cluster_name: str
 ) -> list[tuple[Kind, dict[str, Any]]]:
     """The service account, role and binding for the head pod: the config's (Ray's
-    `autoscaler_*` keys), or the launcher's own where it gives none."""
+    `autoscaler_*` keys), or the cluster's own, made by the launcher, where it gives none."""
+    own = autoscaler_name(cluster_name)
     account = _manifest(settings.service_account) or {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": {"name": DEFAULT_NAME},
+        "metadata": {"name": own},
     }
     role = _manifest(settings.role) or {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
-        "metadata": {"name": DEFAULT_NAME},
+        "metadata": {"name": own},
         "rules": [dict(r) for r in AUTOSCALER_RULES],
     }
     binding = _manifest(settings.role_binding) or {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": {"name": DEFAULT_NAME},
+        "metadata": {"name": own},
         "subjects": [{"kind": "ServiceAccount", "name": name_of(account)}],
         "roleRef": {
             "kind": "Role",
@@ -108,6 +118,25 @@ def _manifest(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 def name_of(manifest: Mapping[str, Any]) -> str:
     return str((manifest.get("metadata") or {}).get("name", ""))
+
+
+def service_body(manifest: Mapping[str, Any], cluster_name: str) -> dict[str, Any]:
+    """The service to create: labelled with the cluster, and, when it selects pods,
+    selecting only the cluster's."""
+    body: dict[str, Any] = copy.deepcopy(thaw(manifest))
+    labels = body.setdefault("metadata", {}).setdefault("labels", {})
+    labels[TAG_CLUSTER] = cluster_name
+    spec = body.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("selector"), dict) and spec["selector"]:
+        spec["selector"][TAG_CLUSTER] = cluster_name
+    return body
+
+
+def owner_of(found: Any) -> str | None:
+    """The cluster a service read from the API belongs to (its cluster label), or None."""
+    labels = getattr(getattr(found, "metadata", None), "labels", None) or {}
+    owner = labels.get(TAG_CLUSTER)
+    return str(owner) if owner is not None else None
 
 
 class Objects:
@@ -173,14 +202,20 @@ class Objects:
         return f"{kind.label} {name}"
 
     def ensure_service(self, manifest: Mapping[str, Any]) -> str | None:
+        """Create the service if missing. One the user made (no cluster label) is used as
+        it is; one another cluster owns is refused (its `down` would delete it)."""
         name = name_of(manifest)
-        if self.read(SERVICE, name) is not None:
-            return None
-        body: dict[str, Any] = copy.deepcopy(thaw(manifest))
-        labels = body.setdefault("metadata", {}).setdefault("labels", {})
-        labels[TAG_CLUSTER] = self.cluster_name
-        self._create(SERVICE, body)
-        return f"created service {name} in namespace {self.namespace}"
+        found = self.read(SERVICE, name)
+        if found is None:
+            self._create(SERVICE, service_body(manifest, self.cluster_name))
+            return f"created service {name} in namespace {self.namespace}"
+        owner = owner_of(found)
+        if owner is not None and owner != self.cluster_name:
+            raise UsageError(
+                f"service {name} in namespace {self.namespace} belongs to cluster {owner}; "
+                "give this cluster's service another name in provider.services"
+            )
+        return None
 
     def services(self) -> list[str]:
         """The names of this cluster's services."""

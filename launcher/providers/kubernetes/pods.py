@@ -4,7 +4,7 @@ Tags are pod labels where Kubernetes allows the value (63 characters at most, le
 digits, `-`, `_` and `.`, starting and ending with a letter or digit; empty allowed).
 A value it does not allow (a node type named `GPU workers`) is kept in an annotation
 `launcher.tags/KEY` instead, and read back from there; the cluster's own label, which
-`nodes()` selects on, must be a valid value (`label_problem` says why not).
+`nodes()` selects on, must be a valid value (`names.label_problem` says why not).
 
 A pod being deleted (`deletionTimestamp` set) is no longer a node. A pod that ended
 (phase Succeeded or Failed: its Ray is gone with its container) is DEAD, so the
@@ -15,17 +15,15 @@ reported by `unschedulable`.
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from launcher.config.frozen import thaw
 from launcher.providers.base import TAG_CLUSTER, TAG_KIND, TAG_TYPE, Node, NodeKind, NodeState
+from launcher.providers.kubernetes.names import is_label_value, pod_name_prefix
 
 ANNOTATION_PREFIX = "launcher.tags/"
-_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_DNS_LABEL = re.compile(r"[^a-z0-9-]+")
 _PHASES = {
     "Pending": NodeState.PENDING,
     "Running": NodeState.RUNNING,
@@ -33,21 +31,6 @@ _PHASES = {
     "Failed": NodeState.DEAD,
     "Unknown": NodeState.PENDING,
 }
-
-
-def is_label_value(text: str) -> bool:
-    return bool(_VALUE.match(text))
-
-
-def label_problem(cluster_name: str) -> str | None:
-    """Why `cluster_name` cannot label the cluster's pods, or None."""
-    if is_label_value(cluster_name):
-        return None
-    return (
-        f"cluster_name {cluster_name!r} cannot be a Kubernetes label value (63 characters "
-        "at most: letters, digits, '-', '_' and '.', starting and ending with a letter or "
-        "digit); rename the cluster"
-    )
 
 
 def split_tags(tags: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -135,9 +118,9 @@ def _timestamp(value: object) -> float:
 
 
 def name_prefix(cluster_name: str, kind: NodeKind) -> str:
-    """A `generateName` for the cluster's pods of `kind`: DNS-1123, lowercase."""
-    cleaned = _DNS_LABEL.sub("-", cluster_name.lower()).strip("-") or "cluster"
-    return f"{cleaned[:40]}-{kind.value}-"
+    """A `generateName` for the cluster's pods of `kind`: valid, and never the same for
+    two cluster names (see names.py)."""
+    return pod_name_prefix(cluster_name, kind.value)
 
 
 def pod_body(

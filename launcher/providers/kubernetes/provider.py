@@ -35,6 +35,7 @@ from launcher.providers.base import (
 )
 from launcher.providers.kubernetes import objects
 from launcher.providers.kubernetes.clients import KubeApis, connect
+from launcher.providers.kubernetes.names import label_problem
 from launcher.providers.kubernetes.objects import (
     Objects,
     api_error,
@@ -45,7 +46,6 @@ from launcher.providers.kubernetes.objects import (
 )
 from launcher.providers.kubernetes.pods import (
     cluster_selector,
-    label_problem,
     pod_body,
     scheduled,
     tag_patch,
@@ -70,7 +70,7 @@ class KubernetesProvider(NodeProvider):
         assert isinstance(settings, KubernetesProviderConfig)
         problem = label_problem(config.cluster_name)
         if problem:
-            raise UsageError(problem)
+            raise UsageError(f"cluster_name {problem}; rename the cluster")
         self.settings = settings
         self.namespace = settings.namespace
         self._apis: KubeApis | None = None
@@ -93,7 +93,7 @@ class KubernetesProvider(NodeProvider):
             return []
         self._check_namespace()
         done = []
-        for kind, manifest in autoscaler_objects(self.settings):
+        for kind, manifest in autoscaler_objects(self.settings, self.cluster_name):
             line = self.objects.ensure_shared(kind, manifest)
             if line:
                 done.append(line)
@@ -124,7 +124,7 @@ class KubernetesProvider(NodeProvider):
         return ProviderError(f"cannot reach the Kubernetes API ({self.apis.source}): {why}")
 
     def _service_account(self) -> str:
-        return name_of(autoscaler_objects(self.settings)[0][1])
+        return name_of(autoscaler_objects(self.settings, self.cluster_name)[0][1])
 
     # -- nodes ----------------------------------------------------------------------------
     def _pods(self, selector: str) -> list[dict[str, Any]]:
@@ -269,8 +269,20 @@ class KubernetesProvider(NodeProvider):
             if self.objects.delete(objects.SERVICE, name):
                 removed.append(f"service {name}")
         if purge:
-            for kind, manifest in reversed(autoscaler_objects(self.settings)):
-                line = self.objects.release_shared(kind, name_of(manifest))
+            removed += self._release_autoscaler_objects()
+        return removed
+
+    def _release_autoscaler_objects(self) -> list[str]:
+        """Delete the cluster's own autoscaler objects and release its use of shared ones
+        (those the config names, and the set earlier versions shared by all clusters)."""
+        settings = self.settings
+        given = (settings.service_account, settings.role, settings.role_binding)
+        made = autoscaler_objects(settings, self.cluster_name)
+        removed = []
+        for (kind, manifest), named in reversed(list(zip(made, given, strict=True))):
+            names = [name_of(manifest)] + ([objects.SHARED_NAME] if named is None else [])
+            for name in names:
+                line = self.objects.release_shared(kind, name)
                 if line:
                     removed.append(line)
         return removed

@@ -10,7 +10,9 @@ from typing import Any
 
 from launcher.config.frozen import freeze
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
+from launcher.config.problems import Problem
 from launcher.pricing import PriceTable
+from launcher.providers.kubernetes.names import autoscaler_name, label_problem, pod_name_prefix
 from launcher.providers.spec import NodeOffer, PlannedResource, ProviderSpec, extra_keys
 
 _KNOWN = {
@@ -88,6 +90,43 @@ def _name(manifest: Mapping[str, Any] | None, fallback: str) -> str:
     return str(metadata.get("name", fallback)) if isinstance(metadata, Mapping) else fallback
 
 
+def _autoscaler_objects(config: ClusterConfig) -> list[tuple[str, str, bool]]:
+    """(kind, name, the launcher's own) of the head pod's service account, role and role
+    binding: the config's, or the cluster's own where it names none (as objects.py makes)."""
+    provider = config.provider
+    assert isinstance(provider, KubernetesProviderConfig)
+    own = autoscaler_name(config.cluster_name)
+    return [
+        (kind, _name(manifest, "?") if manifest else own, manifest is None)
+        for kind, manifest in (
+            ("service account", provider.service_account),
+            ("role", provider.role),
+            ("role binding", provider.role_binding),
+        )
+    ]
+
+
+def _pod_name_prefixes(config: ClusterConfig) -> dict[str, str]:
+    """{"head": prefix, "worker": prefix} for the kinds of pods whose manifest names no
+    `generateName` (pods.py gives those the cluster's prefix)."""
+    head = config.head_node_type
+    kinds = {
+        "head": [config.node_types[head]] if head in config.node_types else [],
+        "worker": [t for t in config.node_types.values() if t.name != head or t.max_workers],
+    }
+    return {
+        kind: pod_name_prefix(config.cluster_name, kind)
+        for kind, types in kinds.items()
+        if any(not _generate_name(t.node_config) for t in types)
+    }
+
+
+def _generate_name(node_config: Mapping[str, Any]) -> str | None:
+    metadata = node_config.get("metadata")
+    found = metadata.get("generateName") if isinstance(metadata, Mapping) else None
+    return str(found) if found else None
+
+
 class KubernetesSpec(ProviderSpec):
     type = "kubernetes"
     title = "kubernetes"
@@ -95,6 +134,12 @@ class KubernetesSpec(ProviderSpec):
     defaults_name = "kubernetes"
     install_extra = "kubernetes"
     sdk_module = "kubernetes"
+
+    def check(self, merged: Mapping[str, Any]) -> list[Problem]:
+        # The cluster's pods are found by a label holding its exact name.
+        name = merged.get("cluster_name")
+        problem = label_problem(name) if isinstance(name, str) else None
+        return [Problem(("cluster_name",), problem, "rename the cluster")] if problem else []
 
     def build_provider(self, section: Mapping[str, Any]) -> ProviderConfig:
         return KubernetesProviderConfig(
@@ -129,16 +174,22 @@ class KubernetesSpec(ProviderSpec):
         provider = config.provider
         assert isinstance(provider, KubernetesProviderConfig)
         plan = [PlannedResource("namespace", provider.namespace, "use")]
-        for kind, manifest in (
-            ("service account", provider.service_account),
-            ("role", provider.role),
-            ("role binding", provider.role_binding),
-        ):
-            if manifest is not None:
-                plan.append(PlannedResource(kind, _name(manifest, "?"), "create if missing"))
+        for kind, name, own in _autoscaler_objects(config):
+            detail = "the cluster's own" if own else ""
+            plan.append(PlannedResource(kind, name, "create if missing", detail))
         for service in provider.services:
             plan.append(PlannedResource("service", _name(service, "?"), "create if missing"))
+        for kind, prefix in _pod_name_prefixes(config).items():
+            plan.append(
+                PlannedResource(f"{kind} pods", f"{prefix}*", "create", "named by Kubernetes")
+            )
         return plan
+
+    def derived_names(self, config: ClusterConfig) -> dict[str, str]:
+        names = {kind: name for kind, name, own in _autoscaler_objects(config) if own}
+        for kind, prefix in _pod_name_prefixes(config).items():
+            names[f"{kind} pod name prefix"] = prefix
+        return names
 
     def node_offer(
         self, config: ClusterConfig, node_type: NodeType, prices: PriceTable

@@ -25,7 +25,10 @@ cloudresourcemanager.v1): every method of those APIs is recognised by its path, 
 ones the fake does not model answer 501 naming the method, so a gap shows as such.
 Compute lives under /compute/v1/, IAM under /iam/, Resource Manager under /crm/, the token
 endpoint at /token. Every API call needs `Authorization: Bearer TOKEN` with a token this
-server issued (401 otherwise, which google-auth answers by fetching a new token).
+server issued (401 otherwise, which google-auth answers by fetching a new token), and the
+permission the project's IAM policy grants the token's account for it, conditions included
+(403 otherwise; tests/gce_fake_authz.py). The key file's account is the project's owner;
+the default compute account is an editor, as on a new project.
 
 Facts measured here (the self-tests check those marked *):
 - * googleapiclient 2.202 with static discovery and client_options api_endpoint
@@ -101,6 +104,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
+from tests.gce_fake_authz import refusal
 from tests.gce_fake_batch import BATCH_PATH, answer_batch
 from tests.gce_fake_compute import Compute
 from tests.gce_fake_env import ClientSide
@@ -411,7 +415,8 @@ class GceServer(ClientSide):
             params.get("zone"),
             (origin and origin.group(1)) or self.iam.token_origin(authorization),
         )
-        if self.iam.token_owner(environ.get("HTTP_AUTHORIZATION", "")) is None:
+        owner = self.iam.token_owner(authorization)
+        if owner is None:
             error = GoogleError(
                 401,
                 "authError",
@@ -422,6 +427,10 @@ class GceServer(ClientSide):
             )
             self.record(call, 401, "authError", False)
             return 401, error.body(compute)
+        denied = refusal(self, owner, call)
+        if denied is not None:
+            self.record(call, 403, denied.reason, False)
+            return 403, denied.body(compute)
         return self._handle(route, call, compute)
 
     def _handle(self, route: Route, call: Call, compute: bool) -> tuple[int, Any]:

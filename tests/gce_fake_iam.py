@@ -33,6 +33,29 @@ _MEMBER = re.compile(
 )
 
 
+_WITHCOND = "_withcond_"
+
+
+def _check_condition(condition: Any, version: int) -> None:
+    """A binding's condition: version 3, a title, and an expression the fake can evaluate."""
+    from tests.gce_fake_authz import compile_condition
+
+    if version < 3:
+        raise GoogleError(
+            400,
+            "badRequest",
+            "Invalid policy: conditional role bindings require policy version 3.",
+        )
+    if not isinstance(condition, dict) or not condition.get("title"):
+        raise GoogleError(400, "badRequest", "Condition title must be specified.")
+    try:
+        compile_condition(str(condition.get("expression", "")))
+    except ValueError as error:
+        raise GoogleError(
+            400, "badRequest", f"Condition expression is not valid: {error}"
+        ) from error
+
+
 def _etag(policy: dict[str, Any]) -> str:
     digest = hashlib.sha256(json.dumps(policy.get("bindings", []), sort_keys=True).encode())
     return base64.b64encode(digest.digest()[:8]).decode()
@@ -51,9 +74,13 @@ class Iam:
         self.account_policies: dict[str, dict[str, Any]] = {}
         self.add_account(self.server.account_email.split("@")[0], "launcher tests")
         owner = f"serviceAccount:{self.server.account_email}"
+        editor = f"serviceAccount:{self.server.default_compute_account}"
         self.policy: dict[str, Any] = {
             "version": 1,
-            "bindings": [{"role": "roles/owner", "members": [owner]}],
+            "bindings": [
+                {"role": "roles/editor", "members": [editor]},
+                {"role": "roles/owner", "members": [owner]},
+            ],
         }
         self.policy["etag"] = _etag(self.policy)
 
@@ -166,12 +193,16 @@ class Iam:
                 "with exponential backoff. The request's ETag does not match the current policy.",
             )
         bindings = []
+        version = int(given.get("version") or 1)
         for binding in given.get("bindings") or []:
             role = str(binding.get("role", ""))
-            if not role.startswith(("roles/", "projects/", "organizations/")):
+            if not role.startswith(("roles/", "projects/", "organizations/")) or _WITHCOND in role:
                 raise GoogleError(
                     400, "badRequest", f"Role ({role}) does not exist in the resource's hierarchy."
                 )
+            condition = binding.get("condition")
+            if condition:
+                _check_condition(condition, version)
             for member in binding.get("members") or []:
                 if not _MEMBER.fullmatch(str(member)):
                     raise GoogleError(400, "badRequest", f"Invalid member: {member}")
@@ -182,8 +213,11 @@ class Iam:
                     and not self.has_account(who)
                 ):
                     raise GoogleError(400, "badRequest", f"Service account {who} does not exist.")
-            bindings.append({"role": role, "members": sorted(set(binding.get("members") or []))})
-        policy: dict[str, Any] = {"version": int(given.get("version") or 1), "bindings": bindings}
+            kept = {"role": role, "members": sorted(set(binding.get("members") or []))}
+            if condition:
+                kept["condition"] = dict(condition)
+            bindings.append(kept)
+        policy: dict[str, Any] = {"version": version, "bindings": bindings}
         policy["etag"] = _etag(policy)
         return policy
 
@@ -209,8 +243,23 @@ class Iam:
         }
 
     def get_project_policy(self, call: Call) -> dict[str, Any]:
+        """The policy; as version 1 unless the request asks for 3, in which a conditional
+        binding's role is shown as `ROLE_withcond_HASH` without its condition (as IAM does:
+        such a policy cannot be set back)."""
         self._crm_project(call.params.get("resource"))
-        return self.policy
+        body = call.body if isinstance(call.body, dict) else {}
+        asked = int((body.get("options") or {}).get("requestedPolicyVersion") or 1)
+        if asked >= 3 or not any(b.get("condition") for b in self.policy["bindings"]):
+            return self.policy
+        shown: list[dict[str, Any]] = []
+        for binding in self.policy["bindings"]:
+            if binding.get("condition"):
+                digest = hashlib.sha256(json.dumps(binding["condition"], sort_keys=True).encode())
+                role = f"{binding['role']}{_WITHCOND}{digest.hexdigest()[:20]}"
+                shown.append({"role": role, "members": binding["members"]})
+            else:
+                shown.append(binding)
+        return {"version": 1, "bindings": shown, "etag": self.policy["etag"]}
 
     def set_project_policy(self, call: Call) -> dict[str, Any]:
         self._crm_project(call.params.get("resource"))

@@ -3,12 +3,13 @@ region's 127.17.x.y block) of tests/gce_fake.py's Compute."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from tests import gce_fake_catalog as catalog
 from tests.gce_fake_compute import now_text
 from tests.gce_fake_faults import Call, GoogleError, invalid, not_found
-from tests.gce_fake_filter import check_name
+from tests.gce_fake_filter import check_name, compile_filter
 
 if TYPE_CHECKING:
     from tests.gce_fake_compute import Compute
@@ -70,6 +71,40 @@ def list_firewalls(compute: Compute, call: Call) -> dict[str, Any]:
     return compute._list(
         call, list(compute.firewalls.values()), "compute#firewallList", "global/firewalls"
     )
+
+
+# Fields a patch may change (name, network and direction are fixed once made).
+_PATCHABLE = (
+    "allowed",
+    "denied",
+    "description",
+    "sourceRanges",
+    "sourceTags",
+    "targetTags",
+    "destinationRanges",
+    "priority",
+    "disabled",
+    "logConfig",
+)
+
+
+def patch_firewall(compute: Compute, call: Call) -> dict[str, Any]:
+    """PATCH: the body's fields replace the rule's (a list whole), as GCE merges them."""
+    rule = _firewall(compute, call)
+    body = dict(call.body) if isinstance(call.body, dict) else {}
+    for field in ("name", "direction"):
+        if field in body and body[field] != rule.get(field):
+            raise invalid(f"Invalid value for field 'resource.{field}': '{body[field]}'.")
+    for ranges in body.get("sourceRanges") or ():
+        if not re.fullmatch(r"[0-9a-fA-F:.]+(/[0-9]+)?", str(ranges)):
+            raise invalid(f"Invalid value for field 'resource.sourceRanges[0]': '{ranges}'.")
+    changes = {k: v for k, v in body.items() if k in _PATCHABLE}
+
+    def act(op: dict[str, Any]) -> None:
+        rule.update(changes)
+        compute.server.later(compute.timings.operation, lambda: compute.finish(op))
+
+    return compute.mutate(call, "patch", rule["selfLink"], rule["id"], None, act)
 
 
 def delete_firewall(compute: Compute, call: Call) -> dict[str, Any]:
@@ -144,3 +179,29 @@ def list_subnetworks(compute: Compute, call: Call) -> dict[str, Any]:
     return compute._list(
         call, [subnet(compute, region)], "compute#subnetworkList", f"regions/{region}/subnetworks"
     )
+
+
+def aggregated_subnetworks(compute: Compute, call: Call) -> dict[str, Any]:
+    """Every region's subnetworks, as `items` keyed `regions/REGION` (a region without one
+    gets GCE's warning instead)."""
+    compute._project(call)
+    keep = compile_filter(call.params.get("filter"))
+    items: dict[str, Any] = {}
+    for region in catalog.REGIONS:
+        found = [s for s in (subnet(compute, region),) if keep(s)]
+        if found:
+            items[f"regions/{region}"] = {"subnetworks": found}
+        else:
+            items[f"regions/{region}"] = {
+                "warning": {
+                    "code": "NO_RESULTS_ON_PAGE",
+                    "message": f"There are no results for scope 'regions/{region}' on this page.",
+                    "data": [{"key": "scope", "value": f"regions/{region}"}],
+                }
+            }
+    return {
+        "kind": "compute#subnetworkAggregatedList",
+        "id": f"projects/{compute.project}/aggregated/subnetworks",
+        "items": items,
+        "selfLink": compute.url("aggregated/subnetworks"),
+    }

@@ -137,10 +137,12 @@ def _handlers() -> dict[str, Callable[[GceServer, Call], Any]]:
         "firewalls.get": network.get_firewall,
         "firewalls.list": network.list_firewalls,
         "firewalls.delete": network.delete_firewall,
+        "firewalls.patch": network.patch_firewall,
         "networks.get": network.get_network,
         "networks.list": network.list_networks,
         "subnetworks.get": network.get_subnetwork,
         "subnetworks.list": network.list_subnetworks,
+        "subnetworks.aggregatedList": network.aggregated_subnetworks,
         "projects.get": Compute.get_project,
         "projects.setCommonInstanceMetadata": Compute.set_common_metadata,
     }

@@ -15,17 +15,15 @@ from launcher.errors import ProviderError
 from launcher.providers.base import NodeKind, NodeState
 from launcher.providers.factory import make_provider
 from launcher.providers.gcp import accounts
-from launcher.providers.gcp.accounts import account_id
 from launcher.providers.gcp.instances import (
     STOPPED_LABEL,
     decode_value,
     encode_value,
     instance_body,
-    instance_name,
     labels_of,
-    network_tag,
     to_node,
 )
+from launcher.providers.gcp.names import account_id, instance_name, network_tag
 from tests.gce_fake import PROJECT, GceServer
 
 LABEL = re.compile(r"^[a-z0-9_-]{0,63}$")

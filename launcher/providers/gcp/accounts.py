@@ -1,8 +1,9 @@
 """The head's service account: what the autoscaler on the head acts as (through the head
-instance's metadata server), allowed to manage the project's instances and nothing else.
+instance's metadata server), allowed to manage its cluster's instances and nothing else.
 
-`launcher-CLUSTER` (shortened to GCE's 30-character limit), created if missing and given the
-project role `roles/compute.instanceAdmin.v1`; reused if present. Workers whose node_config
+`launcher-CLUSTER` (launcher/providers/gcp/names.py), created if missing and granted what
+launcher/providers/gcp/grants.py says on the project (the instance admin role under a
+condition naming the cluster's instances); reused if present. Workers whose node_config
 names a service account of their own run as it, and GCE lets the head create them only if
 it may act as that account: the head's account gets `roles/iam.serviceAccountUser` on each
 such account (not on the project). Removed, with its bindings, by `down --purge`.
@@ -10,27 +11,17 @@ such account (not on the project). Removed, with its bindings, by `down --purge`
 
 from __future__ import annotations
 
-import hashlib
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from launcher.errors import ProviderError
+from launcher.providers.gcp import grants
 from launcher.providers.gcp.clients import GcpClients, api_errors, error_message, http_status
+from launcher.providers.gcp.names import account_id, instance_prefix
 
-ROLES = ("roles/compute.instanceAdmin.v1",)
 ACT_AS = ("roles/iam.serviceAccountUser",)
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 POLICY_RETRIES = 5
-
-
-def account_id(cluster: str) -> str:
-    """A valid account id (6-30 characters, [a-z][a-z0-9-]*[a-z0-9]) for the cluster."""
-    stem = re.sub(r"[^a-z0-9-]+", "-", cluster.lower()).strip("-")
-    name = f"launcher-{stem}"
-    if len(name) > 30 or not stem:
-        name = f"launcher-{stem[:12].strip('-')}-{hashlib.sha256(cluster.encode()).hexdigest()[:8]}"
-    return name.strip("-")
 
 
 def email(clients: GcpClients, cluster: str) -> str:
@@ -86,8 +77,12 @@ def ensure(clients: GcpClients, cluster: str, workers_run_as: Sequence[str] = ()
                     f"cannot create service account {address}: {error_message(exc)}"
                 ) from exc
     member = f"serviceAccount:{address}"
-    if _bind(_ProjectPolicy(clients), ROLES, member, add=True):
-        done.append(f"granted {', '.join(ROLES)} on project {clients.project} to {address}")
+    if _edit(_ProjectPolicy(clients), lambda p: grants.grant(p, cluster, member)):
+        roles = " and ".join(w["role"] for w in grants.wanted(cluster))
+        done.append(
+            f"granted {roles} on project {clients.project} to {address}, "
+            f"instances and disks limited to {instance_prefix(cluster)}-*"
+        )
     for worker in workers_run_as:
         if worker != address and _bind(_AccountPolicy(clients, worker), ACT_AS, member, add=True):
             done.append(f"granted {', '.join(ACT_AS)} on {worker} to {address}")
@@ -103,7 +98,7 @@ def remove(clients: GcpClients, cluster: str, workers_run_as: Sequence[str] = ()
     for worker in workers_run_as:
         if worker != address:
             _bind(_AccountPolicy(clients, worker), ACT_AS, member, add=False, missing_ok=True)
-    _bind(_ProjectPolicy(clients), ROLES, member, add=False)
+    _edit(_ProjectPolicy(clients), lambda p: grants.revoke(p, member))
     try:
         clients.iam.projects().serviceAccounts().delete(name=_path(clients, cluster)).execute()
     except api_errors() as exc:
@@ -123,8 +118,9 @@ class _ProjectPolicy:
 
     def read(self) -> dict[str, Any]:
         projects = self.clients.crm.projects()
+        options = {"options": {"requestedPolicyVersion": grants.POLICY_VERSION}}
         policy: dict[str, Any] = projects.getIamPolicy(
-            resource=self.clients.project, body={}
+            resource=self.clients.project, body=options
         ).execute()
         return policy
 
@@ -159,13 +155,22 @@ def _bind(
     add: bool,
     missing_ok: bool = False,
 ) -> bool:
-    """Add (or remove) `member` to `roles` in `target`'s policy; read-modify-write with the
-    policy's etag, again when another writer changed it meanwhile (409). Returns whether it
-    changed."""
+    """Add (or remove) `member` to `roles` in `target`'s policy. Whether it changed."""
+    return _edit(target, lambda p: _changed(p, roles, member, add), missing_ok=missing_ok)
+
+
+def _edit(
+    target: _ProjectPolicy | _AccountPolicy,
+    change: Callable[[dict[str, Any]], bool],
+    *,
+    missing_ok: bool = False,
+) -> bool:
+    """Apply `change` to `target`'s policy: read-modify-write with the policy's etag, again
+    when another writer changed it meanwhile (409). Returns whether it changed."""
     for attempt in range(POLICY_RETRIES + 1):
         try:
             policy = target.read()
-            if _changed(policy, roles, member, add):
+            if change(policy):
                 target.write(policy)
                 return True
             return False

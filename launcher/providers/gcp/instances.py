@@ -8,7 +8,6 @@ the same way. Keys are the launcher's own (`launcher-...`) or the user's, alread
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Collection, Mapping
 from datetime import datetime
@@ -91,23 +90,6 @@ def labels_of(tags: Mapping[str, str]) -> dict[str, str]:
 
 def tags_of(instance: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): decode_value(str(v)) for k, v in (instance.get("labels") or {}).items()}
-
-
-def _stem(cluster: str) -> str:
-    """`launcher-CLUSTER` as GCE names allow (lowercase letters, digits and -)."""
-    stem = re.sub(r"[^a-z0-9-]+", "-", cluster.lower()).strip("-")[:40] or "cluster"
-    return f"launcher-{stem}"
-
-
-def instance_name(cluster: str, kind: NodeKind, seed: str) -> str:
-    """`launcher-CLUSTER-h|w-HASH`: a valid instance name, the same for the same seed."""
-    digest = hashlib.sha256(seed.encode()).hexdigest()[:10]
-    return f"{_stem(cluster)}-{kind.value[0]}-{digest}"
-
-
-def network_tag(cluster: str) -> str:
-    """The network tag on the cluster's instances, which its firewall rules target."""
-    return f"{_stem(cluster)}-node"
 
 
 def zone_of(instance: Mapping[str, Any]) -> str:

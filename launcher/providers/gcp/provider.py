@@ -42,7 +42,7 @@ from launcher.providers.base import (
     NodeState,
 )
 from launcher.providers.caller import public_address
-from launcher.providers.gcp import accounts
+from launcher.providers.gcp import accounts, firewall, names
 from launcher.providers.gcp.clients import (
     GcpClients,
     api_errors,
@@ -57,16 +57,14 @@ from launcher.providers.gcp.instances import (
     STOPPED_LABEL,
     encode_value,
     instance_body,
-    instance_name,
     labels_of,
-    network_tag,
     operation_error,
     tags_of,
     to_node,
     zone_of,
 )
 from launcher.providers.gcp.spec import GcpProviderConfig
-from launcher.providers.keyfiles import ensure_key, key_path, public_key
+from launcher.providers.keyfiles import ensure_key, public_key
 from launcher.providers.ssh_access import InstanceAccess, ssh_tunnel
 from launcher.runners.base import CommandRunner
 from launcher.runners.forward import PortOpener
@@ -74,7 +72,6 @@ from launcher.runners.forward import PortOpener
 RATE_LIMIT_RETRIES = 6
 LABEL_RETRIES = 5
 OPERATION_WAIT_S = 600.0
-PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 
 
 def kind_of(tags: Mapping[str, str]) -> NodeKind:
@@ -96,7 +93,7 @@ class GcpProvider(NodeProvider):
         self._zone: dict[str, str] = {}  # instance name -> zone
         self._answered: set[str] = set()  # reclaimed workers already removed
         key = config.auth.ssh_private_key
-        self._key = key or str(key_path(f"launcher-gcp-{self.cluster_name}"))
+        self._key = key or str(names.key_file(self.cluster_name))
         self._instances_access = InstanceAccess(self.cluster_name, config.auth, self._key)
         self._cluster_label = encode_value(self.cluster_name)
         self._key_line: str | None = None  # ssh-keys entry, read from the key file once
@@ -170,33 +167,50 @@ class GcpProvider(NodeProvider):
         none of its own)."""
         return not self.config.head_type.node_config.get("serviceAccounts")
 
-    def _firewall_rules(self) -> dict[str, dict[str, Any]]:
-        tag = network_tag(self.cluster_name)
+    def _ssh_from(self) -> list[str]:
+        """Where SSH may come from: `allow_ssh_from`, else the network's own ranges with
+        `use_internal_ips`, else this machine's public address."""
+        if self.settings.allow_ssh_from:
+            return list(self.settings.allow_ssh_from)
+        if not self.settings.use_internal_ips:
+            return [public_address()]
         network = self._network()
-        ssh_from = list(self.settings.allow_ssh_from)
-        if not ssh_from:
-            ssh_from = (
-                list(PRIVATE_RANGES) if self.settings.use_internal_ips else [public_address()]
+        ranges = firewall.network_ranges(self._subnetworks(), network, self._legacy_range())
+        if not ranges:
+            raise ProviderError(
+                f"network {network} has no address ranges to open SSH from; "
+                "set provider.allow_ssh_from to the ranges the launcher connects from"
             )
-        description = f"launcher: cluster {self.cluster_name}"
-        return {
-            f"{tag}-ssh": {
-                "network": network,
-                "direction": "INGRESS",
-                "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}],
-                "sourceRanges": ssh_from,
-                "targetTags": [tag],
-                "description": f"{description}: SSH from the launcher's address",
-            },
-            f"{tag}-internal": {
-                "network": network,
-                "direction": "INGRESS",
-                "allowed": [{"IPProtocol": "all"}],
-                "sourceTags": [tag],
-                "targetTags": [tag],
-                "description": f"{description}: all traffic between its nodes",
-            },
-        }
+        return ranges
+
+    def _subnetworks(self) -> list[dict[str, Any]]:
+        subnetworks = self.clients.compute.subnetworks()
+        found: list[dict[str, Any]] = []
+        token = None
+        while True:
+            try:
+                page = self._execute(
+                    subnetworks.aggregatedList, project=self.project, pageToken=token
+                )
+            except api_errors() as exc:
+                raise ProviderError(f"cannot list subnetworks: {error_message(exc)}") from exc
+            for scoped in (page.get("items") or {}).values():
+                found += scoped.get("subnetworks") or ()
+            token = page.get("nextPageToken")
+            if not token:
+                return found
+
+    def _legacy_range(self) -> str | None:
+        """A legacy (subnet-less) network's own range."""
+        name = self._network().rstrip("/").rsplit("/", 1)[-1]
+        try:
+            network = self._execute(
+                self.clients.compute.networks().get, project=self.project, network=name
+            )
+        except api_errors() as exc:
+            raise ProviderError(f"cannot read network {name}: {error_message(exc)}") from exc
+        found = network.get("IPv4Range")
+        return str(found) if found else None
 
     def _network(self) -> str:
         for node_type in self.config.node_types.values():
@@ -206,29 +220,9 @@ class GcpProvider(NodeProvider):
         return "global/networks/default"
 
     def _ensure_firewall(self) -> list[str]:
+        wanted = firewall.rules(self.cluster_name, self._network(), self._ssh_from())
         firewalls = self.clients.compute.firewalls()
-        made = []
-        for name, rule in self._firewall_rules().items():
-            try:
-                self._execute(firewalls.get, project=self.project, firewall=name)
-                continue
-            except api_errors() as exc:
-                if http_status(exc) != 404:
-                    raise ProviderError(
-                        f"cannot read firewall rule {name}: {error_message(exc)}"
-                    ) from exc
-            body = {"name": name, **rule}
-            try:
-                operation = self._execute(firewalls.insert, project=self.project, body=body)
-            except api_errors() as exc:
-                if http_status(exc) == 409:  # made meanwhile
-                    continue
-                raise ProviderError(
-                    f"cannot create firewall rule {name}: {error_message(exc)}"
-                ) from exc
-            self._wait(operation, f"create firewall rule {name}")
-            made.append(f"created firewall rule {name} ({rule['description']})")
-        return made
+        return firewall.ensure(firewalls, self.project, wanted, self._execute, self._wait)
 
     def _ssh_key_line(self) -> str:
         """The `ssh-keys` entry of the launcher's key, read from the key file once (deriving
@@ -333,9 +327,11 @@ class GcpProvider(NodeProvider):
         # head (with its workers) stopped by the cluster's autostop.
         if len(created) < count and self.settings.cache_stopped_nodes:
             created += self._resume(node_type, count - len(created), all_tags, avoid_zones)
-        names = [instance_name(self.cluster_name, kind, f"{request_id}/{i}") for i in range(count)]
+        wanted_names = [
+            names.instance_name(self.cluster_name, kind, f"{request_id}/{i}") for i in range(count)
+        ]
         taken = {n.id for n in created}
-        wanted = [name for name in names if name not in taken][: count - len(created)]
+        wanted = [name for name in wanted_names if name not in taken][: count - len(created)]
         tried: list[str] = []
         last = ""
         for zone in (z for z in self.zones(node_type) if z not in avoid_zones):
@@ -361,18 +357,18 @@ class GcpProvider(NodeProvider):
         self,
         node_type: NodeType,
         zone: str,
-        names: Sequence[str],
+        instance_names: Sequence[str],
         tags: Mapping[str, str],
         request_id: str,
     ) -> tuple[list[Node], list[str], str]:
-        """Insert `names` in `zone` and wait for them. Returns the nodes made, the names GCE
-        had no capacity for there, and why."""
+        """Insert `instance_names` in `zone` and wait for them. Returns the nodes made, the
+        names GCE had no capacity for there, and why."""
         instances = self._api("instances")
         labels = labels_of(tags)
         operations: list[tuple[str, Any]] = []
         refused: list[str] = []
         why = ""
-        for name in names:
+        for name in instance_names:
             config = node_type.node_config
             if kind_of(tags) is NodeKind.HEAD and self._head_account_wanted():
                 account = accounts.email(self.clients, self.cluster_name)
@@ -387,7 +383,7 @@ class GcpProvider(NodeProvider):
                 project=self.project,
                 labels=labels,
                 ssh_key=self._ssh_key_line(),
-                network_tag=network_tag(self.cluster_name),
+                network_tag=names.network_tag(self.cluster_name),
                 internal=self.settings.use_internal_ips,
             )
             key = str(uuid.uuid5(uuid.NAMESPACE_URL, f"launcher/{request_id}/{zone}/{name}"))
@@ -623,8 +619,7 @@ class GcpProvider(NodeProvider):
         return removed
 
     def _firewall_names(self) -> list[str]:
-        tag = network_tag(self.cluster_name)
-        return [f"{tag}-ssh", f"{tag}-internal"]
+        return [names.ssh_rule(self.cluster_name), names.internal_rule(self.cluster_name)]
 
     # -- reaching nodes ------------------------------------------------------------------
     def ssh_private_key(self) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from launcher.config.frozen import freeze
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
 from launcher.config.problems import Problem, Severity
 from launcher.pricing import HourlyPrice, PriceTable, load_prices
+from launcher.providers.gcp import names
 from launcher.providers.spec import (
     NodeOffer,
     PlannedResource,
@@ -34,6 +36,80 @@ _KNOWN = {
 _TASK_MEMORY_SHARE = 0.7
 # Custom machine types: `custom-CPUS-MEMORY_MB`, optionally with a family prefix or `-ext`.
 _CUSTOM = re.compile(r"^(?:[a-z0-9]+-)?custom-(\d+)-(\d+)(?:-ext)?$")
+
+
+# What GCP names look like: regions `us-west1`, zones `us-west1-a`, project ids (lowercase
+# letters, digits and `-`, after a `domain.com:` for a domain-scoped project; the length is
+# left to GCP: Ray's examples write a placeholder `todo`).
+_REGION = re.compile(r"^[a-z]+(?:-[a-z]+)*[0-9]+$")
+_ZONE = re.compile(r"^[a-z]+(?:-[a-z]+)*[0-9]+-[a-z]$")
+_PROJECT = re.compile(r"^(?:[a-z0-9][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]*[a-z0-9]$")
+_WORLD = ("0.0.0.0/0", "::/0")
+
+
+def _check_names(provider: Mapping[str, Any]) -> list[Problem]:
+    """provider.region, availability_zone and project_id as GCP writes them (they go into
+    API paths: `../../etc` must never get there)."""
+    problems = []
+    region = provider.get("region")
+    if isinstance(region, str) and not _REGION.match(region):
+        problems.append(
+            Problem(
+                ("provider", "region"),
+                f"{region!r} is not a GCP region",
+                "write a region such as us-west1",
+            )
+        )
+    zones = provider.get("availability_zone")
+    for zone in (z.strip() for z in zones.split(",")) if isinstance(zones, str) else ():
+        if zone and not _ZONE.match(zone):
+            problems.append(
+                Problem(
+                    ("provider", "availability_zone"),
+                    f"{zone!r} is not a GCP zone",
+                    "write zones such as us-west1-a, comma-separated",
+                )
+            )
+    project = provider.get("project_id")
+    if isinstance(project, str) and project and not _PROJECT.match(project):
+        problems.append(
+            Problem(
+                ("provider", "project_id"),
+                f"{project!r} is not a GCP project id",
+                "write the project's id (lowercase letters, digits and -), "
+                "as `gcloud projects list` shows it",
+            )
+        )
+    return problems
+
+
+def _check_ssh_from(entries: object) -> list[Problem]:
+    """allow_ssh_from: each entry a real address range; a warning for the whole world."""
+    problems = []
+    for index, entry in enumerate(entries if isinstance(entries, list) else ()):
+        path = ("provider", "allow_ssh_from", index)
+        try:
+            network = ipaddress.ip_network(str(entry), strict=False)
+        except ValueError:
+            problems.append(
+                Problem(
+                    path,
+                    f"{entry!r} is not an address range",
+                    "write a CIDR range such as 203.0.113.0/24 or 2001:db8::/32",
+                )
+            )
+            continue
+        if str(network) in _WORLD:
+            problems.append(
+                Problem(
+                    path,
+                    f"{entry} opens SSH to the cluster's nodes to the whole internet",
+                    "give the ranges you connect from, or leave allow_ssh_from out to allow "
+                    "only this machine's address",
+                    severity=Severity.WARNING,
+                )
+            )
+    return problems
 
 
 @dataclass(frozen=True)
@@ -107,9 +183,11 @@ class GcpSpec(ProviderSpec):
         provider = merged.get("provider")
         if not isinstance(provider, Mapping):
             return []
+        problems = _check_names(provider)
+        problems += _check_ssh_from(provider.get("allow_ssh_from"))
         region, zones = provider.get("region"), provider.get("availability_zone")
-        if not (isinstance(region, str) and isinstance(zones, str)):
-            return []
+        if problems or not (isinstance(region, str) and isinstance(zones, str)):
+            return problems
         return [
             Problem(
                 ("provider", "availability_zone"),
@@ -157,14 +235,13 @@ class GcpSpec(ProviderSpec):
         provider = config.provider
         assert isinstance(provider, GcpProviderConfig)
         project = provider.project_id or "the project of your credentials"
-        stem = f"launcher-{config.cluster_name}"
+        cluster = config.cluster_name
         ssh_from = ", ".join(provider.allow_ssh_from) or (
-            "private address ranges" if provider.use_internal_ips else "your public address"
+            "the network's own address ranges"
+            if provider.use_internal_ips
+            else "your public address"
         )
-        key = (
-            config.auth.ssh_private_key
-            or f"$LAUNCHER_HOME/keys/launcher-gcp-{config.cluster_name}.pem"
-        )
+        key = config.auth.ssh_private_key or str(names.key_file(cluster))
         planned = [
             PlannedResource("project", project, "use", f"zones {provider.availability_zone}"),
             PlannedResource(
@@ -174,25 +251,33 @@ class GcpSpec(ProviderSpec):
                 f"in each instance's ssh-keys metadata for {config.auth.ssh_user or 'ubuntu'}",
             ),
             PlannedResource(
-                "firewall rule", f"{stem}-node-ssh", "create if missing", f"SSH from {ssh_from}"
+                "firewall rule",
+                names.ssh_rule(cluster),
+                "create or update",
+                f"SSH from {ssh_from} to network tag {names.network_tag(cluster)}",
             ),
             PlannedResource(
                 "firewall rule",
-                f"{stem}-node-internal",
-                "create if missing",
-                "all traffic between the cluster's nodes",
+                names.internal_rule(cluster),
+                "create or update",
+                f"all traffic between the nodes tagged {names.network_tag(cluster)}",
             ),
         ]
         if not config.head_type.node_config.get("serviceAccounts"):
             planned.append(
                 PlannedResource(
                     "service account",
-                    f"{stem} (the head's)",
+                    f"{names.account_id(cluster)} (the head's)",
                     "create if missing",
-                    "roles/compute.instanceAdmin.v1 on the project, for the autoscaler",
+                    "roles/compute.instanceAdmin.v1 on the project for instances and disks "
+                    f"named {names.instance_prefix(cluster)}-* only (an IAM condition), "
+                    "roles/compute.imageUser",
                 )
             )
         return planned
+
+    def derived_names(self, config: ClusterConfig) -> dict[str, str]:
+        return names.derived_names(config.cluster_name)
 
     def node_offer(
         self, config: ClusterConfig, node_type: NodeType, prices: PriceTable

@@ -1,0 +1,85 @@
+"""Every name the GCE provider derives from a cluster name. Pure; the provider and `plan`
+(GcpSpec) call the same functions, so `plan` prints the names `up` creates.
+
+Each is unique per exact cluster name and valid for GCE (launcher/naming.py): `ml.prod`,
+`ml_prod` and `ML-prod` get three service accounts, network tags and firewall rules.
+
+Instance names begin with `instance_prefix`, which always carries the hash of the exact
+cluster name, so no cluster's prefix begins another cluster's instance names (`launcher-ml-`
+would begin `launcher-ml-prod-...`): the head's IAM grant is scoped by that prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from launcher.naming import GCE_NAME, GCP_ACCOUNT, derive, name_hash
+from launcher.providers.keyfiles import key_path
+
+if TYPE_CHECKING:
+    from launcher.providers.base import NodeKind
+
+_STEM_MAX = 30  # of the cluster name in instance names: 9 + 30 + 9 + 3 + 10 <= 63
+
+
+def account_id(cluster: str) -> str:
+    """The head's service account id (6-30 characters)."""
+    return derive("launcher-", cluster, GCP_ACCOUNT)
+
+
+def network_tag(cluster: str) -> str:
+    """The network tag on the cluster's instances, which its firewall rules target."""
+    return derive("launcher-", cluster, GCE_NAME, "-node")
+
+
+def ssh_rule(cluster: str) -> str:
+    """The firewall rule letting SSH in to the cluster's nodes."""
+    return derive("launcher-", cluster, GCE_NAME, "-node-ssh")
+
+
+def internal_rule(cluster: str) -> str:
+    """The firewall rule letting the cluster's nodes reach each other."""
+    return derive("launcher-", cluster, GCE_NAME, "-node-internal")
+
+
+def instance_prefix(cluster: str) -> str:
+    """`launcher-STEM-HASH`: what every instance name of the cluster begins with (then `-`)."""
+    stem = re.sub(GCE_NAME.invalid, "-", cluster.lower()).strip("-")[:_STEM_MAX].rstrip("-")
+    return f"launcher-{stem}-{name_hash(cluster)}" if stem else f"launcher-{name_hash(cluster)}"
+
+
+def instance_name(cluster: str, kind: NodeKind, seed: str) -> str:
+    """`PREFIX-h|w-DIGEST`: a valid instance name, the same for the same seed."""
+    digest = hashlib.sha256(seed.encode()).hexdigest()[:10]
+    return f"{instance_prefix(cluster)}-{kind.value[0]}-{digest}"
+
+
+def grant_title(cluster: str) -> str:
+    """The title of the condition that scopes the head's grant to the cluster's instances."""
+    return f"launcher cluster {instance_prefix(cluster)}"
+
+
+def key_file(cluster: str) -> Path:
+    """The SSH key the launcher makes for the cluster under `$LAUNCHER_HOME/keys/`. One
+    made by an earlier version under the cluster's exact name is used while it exists and
+    the derived one does not, so a running cluster stays reachable."""
+    derived = key_path(derive("launcher-gcp-", cluster, GCE_NAME))
+    legacy = key_path(f"launcher-gcp-{cluster}")
+    if "/" not in cluster and not derived.exists() and legacy.exists():
+        return legacy
+    return derived
+
+
+def derived_names(cluster: str) -> dict[str, str]:
+    """Kind of resource -> the name `up` gives it."""
+    return {
+        "head service account": account_id(cluster),
+        "network tag": network_tag(cluster),
+        "SSH firewall rule": ssh_rule(cluster),
+        "internal firewall rule": internal_rule(cluster),
+        "instance name prefix": instance_prefix(cluster),
+        "SSH key file": key_file(cluster).stem,
+    }

@@ -29,9 +29,8 @@ from launcher.providers.local.records import (
     Record,
     Records,
     RemoteRecords,
-    records_dir,
 )
-from launcher.providers.local.spec import OnPremProviderConfig
+from launcher.providers.local.spec import OnPremProviderConfig, records_dir
 from launcher.providers.ssh_access import SSHAccess, ssh_tunnel
 from launcher.runners.base import CommandRunner, wait_until_ready
 from launcher.runners.container import container_for, stop_command

@@ -1,5 +1,8 @@
 """Which listed machines an on-prem cluster uses: one small JSON record per machine in use,
-kept on the head machine (`~/.launcher/onprem/CLUSTER/IP.json`).
+kept on the head machine (`~/.launcher/onprem/CLUSTER/IP.json`, CLUSTER the exact cluster
+name: two clusters are kept apart however alike their names are, since a name is one path
+component of letters, digits, `-`, `_` and `.`; on a head whose file system ignores case,
+`ML-prod` and `ml-prod` would share one directory).
 
 The head holds the truth, so a laptop that is lost loses nothing: the laptop reads and
 writes the records over SSH, the autoscaler on the head reads and writes them as files.
@@ -18,15 +21,10 @@ from typing import Any, Protocol
 
 from launcher.errors import ProviderError
 from launcher.files import write_whole
+from launcher.providers.local.spec import records_dir
 from launcher.runners.ssh import SSHRunner
 
-RECORDS_DIR = "~/.launcher/onprem"
-
 Record = dict[str, Any]
-
-
-def records_dir(cluster_name: str) -> str:
-    return f"{RECORDS_DIR}/{cluster_name}"
 
 
 class Records(Protocol):

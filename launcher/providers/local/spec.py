@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,20 @@ _KNOWN = {
 # Ray's published examples write counts as placeholders such as TYPICALLY_THE_NUMBER_OF_WORKER_IPS.
 _PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _WORKER_TYPE = "ray.worker.default"
+# ... and end their lists of machines with `...`.
+_ELLIPSIS = "..."
+# What the schema lets through as an address rather than a host name: checked here.
+_IPV4_LIKE = re.compile(r"[0-9.]+")
+_IPV6_LIKE = re.compile(r"[0-9A-Fa-f]*:[0-9A-Fa-f:.]*(?:%[-A-Za-z0-9_.]+)?")
+# Where the head machine keeps the records of the machines a cluster uses (records.py). The
+# exact cluster name: the config's pattern allows only letters, digits, `-`, `_` and `.`,
+# starting with a letter or digit, so it is one path component, and two names never share
+# one (on a file system that tells case apart; see records.py).
+RECORDS_DIR = "~/.launcher/onprem"
+
+
+def records_dir(cluster_name: str) -> str:
+    return f"{RECORDS_DIR}/{cluster_name}"
 
 
 @dataclass(frozen=True)
@@ -102,48 +117,21 @@ class OnPremSpec(ProviderSpec):
         provider = merged.get("provider")
         if not isinstance(provider, Mapping):
             return []
-        problems: list[Problem] = []
-        has_coordinator = isinstance(provider.get("coordinator_address"), str)
-        if not has_coordinator and "head_ip" not in provider:
+        problems = _ssh_user_problems(merged.get("auth"))
+        for path, value in _addresses(provider):
+            problem = _address_problem(path, value)
+            if problem is not None:
+                problems.append(problem)
+        if isinstance(provider.get("coordinator_address"), str):
             problems.append(
                 Problem(
-                    ("provider",),
-                    "no machines given",
-                    "set provider.head_ip and provider.worker_ips "
-                    "(or provider.coordinator_address)",
+                    ("provider", "coordinator_address"),
+                    "Ray's coordinator server is not supported; `up` refuses this config",
+                    "list the machines in provider.head_ip and provider.worker_ips instead",
+                    severity=Severity.WARNING,
                 )
             )
-        ips = _worker_ips(merged)
-        if ips is None:
-            if not has_coordinator and "worker_ips" not in provider:
-                problems.append(
-                    Problem(
-                        ("provider",),
-                        "provider.worker_ips is missing",
-                        "list the worker machines, or `worker_ips: []` for a head-only cluster",
-                    )
-                )
-            return problems
-        seen: set[str] = set()
-        for index, ip in enumerate(ips):
-            if ip in seen:
-                problems.append(
-                    Problem(
-                        ("provider", "worker_ips", index),
-                        f"{ip} is listed twice",
-                        "list each machine once",
-                    )
-                )
-            seen.add(ip)
-        if isinstance(provider.get("head_ip"), str) and provider["head_ip"] in seen:
-            problems.append(
-                Problem(
-                    ("provider", "head_ip"),
-                    f"{provider['head_ip']} is also listed in worker_ips",
-                    "a machine is either the head or a worker; remove it from one",
-                )
-            )
-        return problems
+        return problems + _machine_problems(provider, merged)
 
     def build_provider(self, section: Mapping[str, Any]) -> ProviderConfig:
         return OnPremProviderConfig(
@@ -176,12 +164,111 @@ class OnPremSpec(ProviderSpec):
                 "use",
                 f"{len(provider.worker_ips)} listed; in-use ones tracked on the head",
             ),
+            PlannedResource(
+                "records of machines in use",
+                records_dir(config.cluster_name),
+                "create if missing",
+                "on the head machine",
+            ),
         ]
+
+    def derived_names(self, config: ClusterConfig) -> dict[str, str]:
+        return {"records of machines in use": records_dir(config.cluster_name)}
 
     def node_offer(
         self, config: ClusterConfig, node_type: NodeType, prices: PriceTable
     ) -> NodeOffer:
         return NodeOffer("one of your machines", spot=False, price=None, billed=False)
+
+
+def _ssh_user_problems(auth: object) -> list[Problem]:
+    """The machines are reached over SSH as `auth.ssh_user`, which has no default."""
+    if not isinstance(auth, Mapping):
+        auth = {}
+    fix = "set auth.ssh_user to the user to log in as on your machines, such as `ssh_user: ubuntu`"
+    if "ssh_user" not in auth:
+        return [Problem(("auth",), "`ssh_user` is missing", fix)]
+    if auth["ssh_user"] == "":
+        return [Problem(("auth", "ssh_user"), "must not be empty", fix)]
+    return []
+
+
+def _addresses(provider: Mapping[str, Any]) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    for key in ("head_ip", "external_head_ip"):
+        if isinstance(provider.get(key), str):
+            yield ("provider", key), provider[key]
+    workers = provider.get("worker_ips")
+    for index, value in enumerate(workers if isinstance(workers, list) else []):
+        if isinstance(value, str):
+            yield ("provider", "worker_ips", index), value
+
+
+def _address_problem(path: tuple[str | int, ...], value: str) -> Problem | None:
+    """What the schema's pattern cannot tell: whether an address-shaped value is an address
+    (`999.1.1.1` is not), and the `...` of Ray's examples."""
+    if value == _ELLIPSIS:
+        return Problem(
+            path,
+            "'...' is a placeholder from Ray's examples, not a machine",
+            "list your machines' host names or IP addresses",
+            severity=Severity.WARNING,
+        )
+    if _IPV4_LIKE.fullmatch(value):
+        kind, fix = "IPv4", "write four numbers of 0 to 255, such as 192.168.1.10"
+    elif _IPV6_LIKE.fullmatch(value):
+        kind, fix = "IPv6", "write an IPv6 address such as fe80::1 (no brackets, no port)"
+    else:
+        return None  # a host name, or refused by the schema's pattern
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return Problem(path, f"{value!r} is not an {kind} address", fix)
+    return None
+
+
+def _machine_problems(provider: Mapping[str, Any], merged: Mapping[str, Any]) -> list[Problem]:
+    """The machines are listed, once each."""
+    problems: list[Problem] = []
+    has_coordinator = isinstance(provider.get("coordinator_address"), str)
+    if not has_coordinator and "head_ip" not in provider:
+        problems.append(
+            Problem(
+                ("provider",),
+                "no machines given",
+                "set provider.head_ip and provider.worker_ips",
+            )
+        )
+    ips = _worker_ips(merged)
+    if ips is None:
+        if not has_coordinator and "worker_ips" not in provider:
+            problems.append(
+                Problem(
+                    ("provider",),
+                    "provider.worker_ips is missing",
+                    "list the worker machines, or `worker_ips: []` for a head-only cluster",
+                )
+            )
+        return problems
+    seen: set[str] = set()
+    for index, ip in enumerate(ips):
+        if ip in seen:
+            problems.append(
+                Problem(
+                    ("provider", "worker_ips", index),
+                    f"{ip} is listed twice",
+                    "list each machine once",
+                )
+            )
+        seen.add(ip)
+    if isinstance(provider.get("head_ip"), str) and provider["head_ip"] in seen:
+        problems.append(
+            Problem(
+                ("provider", "head_ip"),
+                f"{provider['head_ip']} is also listed in worker_ips",
+                "a machine is either the head or a worker; remove it from one",
+            )
+        )
+    return problems
 
 
 def _capped(path: tuple[str, ...], value: int, count: int) -> Problem:

@@ -191,3 +191,80 @@ def test_service_accounts_and_iam_policy_round_trips(server: GceServer, compute:
     accounts.delete(name=resource).execute()
     with pytest.raises(HttpError):
         accounts.get(name=resource).execute()
+
+
+def test_conditional_bindings_need_version_3_and_are_enforced(server: GceServer) -> None:
+    """A binding with a condition is stored only in a version 3 policy, shown to version 1
+    readers as IAM does (`ROLE_withcond_...`, no condition), and enforced: the account may
+    act on instances whose names the condition allows, and gets 403 elsewhere."""
+    from google.oauth2.credentials import Credentials
+
+    from tests.gce_fake_authz import compile_condition
+
+    crm = server.client("cloudresourcemanager").projects()
+    accounts = server.client("iam").projects().serviceAccounts()
+    email = accounts.create(name=f"projects/{P}", body={"accountId": "scoped-head"}).execute()[
+        "email"
+    ]
+    expression = (
+        'resource.type != "compute.googleapis.com/Instance" || '
+        'resource.name.extract("/instances/{name}").startsWith("mine-")'
+    )
+    binding = {
+        "role": "roles/compute.instanceAdmin.v1",
+        "members": [f"serviceAccount:{email}"],
+        "condition": {"title": "mine", "expression": expression},
+    }
+    policy = crm.getIamPolicy(resource=P, body={}).execute()
+    policy["bindings"].append(binding)
+    with pytest.raises(HttpError) as old_version:
+        crm.setIamPolicy(resource=P, body={"policy": policy}).execute()
+    assert error_of(old_version)[0] == 400
+    bad = {**policy, "bindings": [*policy["bindings"][:-1], {**binding, "condition": {
+        "title": "x", "expression": 'resource.name.matches("x")'}}], "version": 3}  # fmt: skip
+    with pytest.raises(HttpError) as unmodelled:
+        crm.setIamPolicy(resource=P, body={"policy": bad}).execute()
+    assert error_of(unmodelled)[0] == 400
+    crm.setIamPolicy(resource=P, body={"policy": {**policy, "version": 3}}).execute()
+    as_v1 = crm.getIamPolicy(resource=P, body={}).execute()
+    (shown,) = [b for b in as_v1["bindings"] if f"serviceAccount:{email}" in b["members"]]
+    assert "_withcond_" in shown["role"] and "condition" not in shown
+    with pytest.raises(HttpError) as v1_back:  # a version 1 view cannot be written back
+        crm.setIamPolicy(resource=P, body={"policy": as_v1}).execute()
+    assert error_of(v1_back)[0] == 400
+    as_v3 = crm.getIamPolicy(resource=P, body={"options": {"requestedPolicyVersion": 3}}).execute()
+    assert binding["condition"] in [b.get("condition") for b in as_v3["bindings"]]
+
+    owner = server.client("compute")
+    for name in ("mine-1", "theirs-1"):
+        wait(owner, insert(owner, name))
+    token = "ya29.fake-scoped-head"
+    server.iam.tokens[token] = email  # as the token endpoint records the account
+    from googleapiclient import discovery
+
+    compute = discovery.build(
+        "compute", "v1", credentials=Credentials(token), static_discovery=True,
+        client_options={"api_endpoint": server.compute_url},
+    )  # fmt: skip
+    instances = compute.instances()
+    assert len(instances.list(project=P, zone=ZONE).execute()["items"]) == 2  # no type: allowed
+    wait(compute, instances.stop(project=P, zone=ZONE, instance="mine-1").execute())
+    with pytest.raises(HttpError) as refused:
+        instances.stop(project=P, zone=ZONE, instance="theirs-1").execute()
+    status, reason, body = error_of(refused)
+    assert (status, reason) == (403, "forbidden")
+    assert body["message"] == (
+        f"Required 'compute.instances.stop' permission for "
+        f"'projects/{P}/zones/{ZONE}/instances/theirs-1'"
+    )
+    scoped_crm = discovery.build(
+        "cloudresourcemanager", "v1", credentials=Credentials(token), static_discovery=True,
+        client_options={"api_endpoint": server.endpoint("cloudresourcemanager")},
+    )  # fmt: skip
+    with pytest.raises(HttpError) as no_iam:  # it may not widen its own grant
+        scoped_crm.projects().setIamPolicy(resource=P, body={"policy": as_v3}).execute()
+    assert error_of(no_iam)[0] == 403
+    attributes = {"resource.type": "", "resource.name": "projects/p/zones/z/instances/mine-9"}
+    assert compile_condition(expression)(attributes)
+    assert compile_condition(f"!({expression})")(attributes) is False
+    assert compile_condition('resource.name.extract("/disks/{n}") == ""')(attributes)

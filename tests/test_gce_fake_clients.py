@@ -336,3 +336,43 @@ def test_the_real_gcloud_cli_creates_lists_describes_and_deletes(server: GceServ
     assert all(c.status < 400 for c in server.calls()), [
         c for c in server.calls() if c.status >= 400
     ]
+
+
+def test_the_real_gcloud_patches_firewalls_lists_subnets_and_keeps_conditions(
+    server: GceServer,
+) -> None:
+    """What the launcher's GCE provider relies on beyond instances, as gcloud does it:
+    `firewall-rules update` (firewalls.patch), `subnets list` (subnetworks.aggregatedList)
+    and a conditional project binding (policy version 3) read back whole."""
+    if shutil.which("gcloud") is None:
+        pytest.skip("the gcloud CLI is not installed on this machine")
+
+    def gcloud(*args: str) -> str:
+        done = server.gcloud(*args)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    rule = ("compute", "firewall-rules")
+    gcloud(
+        *rule, "create", "r1", "--allow=tcp:22", "--source-ranges=127.0.0.0/8", "--target-tags=t"
+    )
+    gcloud(*rule, "update", "r1", "--source-ranges=127.0.0.2/32,127.0.0.3/32")
+    assert server.calls("firewalls.patch")
+    described = json.loads(gcloud(*rule, "describe", "r1", "--format=json"))
+    assert described["sourceRanges"] == ["127.0.0.2/32", "127.0.0.3/32"]
+    assert described["targetTags"] == ["t"]  # a patch changes only what it names
+    listed = gcloud("compute", "networks", "subnets", "list", "--format=value(ipCidrRange)")
+    assert "127.17.8.0/21" in listed.split()
+    assert server.calls("subnetworks.aggregatedList")
+    condition = 'title=mine,expression=resource.name.startsWith("projects/p/zones/z/instances/m-")'
+    gcloud(
+        "projects", "add-iam-policy-binding", P, f"--member=serviceAccount:{server.account_email}",
+        "--role=roles/compute.viewer", f"--condition={condition}", "--format=json",
+    )  # fmt: skip
+    policy = json.loads(gcloud("projects", "get-iam-policy", P, "--format=json"))
+    (kept,) = [b for b in policy["bindings"] if b.get("condition")]
+    assert kept["role"] == "roles/compute.viewer" and kept["condition"]["title"] == "mine"
+    assert policy["version"] == 3
+    assert all(c.status < 400 for c in server.calls()), [
+        c for c in server.calls() if c.status >= 400
+    ]

@@ -21,6 +21,7 @@ def expand_home(path: str, home: Callable[[], str]) -> str:
 class CommandResult:
     exit_code: int
     output_tail: str  # the last lines of output, for error messages
+    timed_out: bool = False  # stopped (its processes killed) when its time ran out
 
     @property
     def ok(self) -> bool:
@@ -47,7 +48,9 @@ class CommandRunner(Protocol):
         echo: OutputSink | None = None,
         interactive: bool = False,
     ) -> CommandResult:
-        """Run `command` with bash on the node. `interactive` connects it to this terminal."""
+        """Run `command` with bash on the node. `interactive` connects it to this terminal.
+        A command still running after `timeout` seconds is stopped, with what it started
+        on the node (its process group), and its result is `timed_out`."""
         ...
 
     def put(self, local: str, remote: str, *, excludes: tuple[str, ...] = ()) -> None:

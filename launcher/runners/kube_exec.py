@@ -40,22 +40,26 @@ from launcher.runners.kube_session import (
     StdoutReader,
     not_started,
 )
-from launcher.runners.shell import LineBuffer, OutputLines, append_to_log, login_shell_argv
+from launcher.runners.shell import (
+    KILL_GROUP,
+    PID_MARK,
+    REPORT_PID,
+    START_IN_SESSION,
+    LineBuffer,
+    OutputLines,
+    append_to_log,
+    login_shell_argv,
+)
 
 __all__ = ["KubeExecRunner", "pod_port_opener"]
 
 COMMAND_ATTEMPTS = 3  # an exec that does not start is tried this many times in all
 TIMED_OUT = 124
 CONNECTION_LOST = 255
-_MARK = b"\x1elauncher-pid "
-# `sh -c _START INNER ARGV...`: run ARGV in a session of its own when setsid can wait for
-# it, after INNER printed the process's id (then also its process group's) on stdout.
-_START = (
-    'if setsid -w true 2>/dev/null; then exec setsid -w sh -c "$0" sh "$@"; fi; '
-    'exec sh -c "$0" sh "$@"'
-)
-_INNER = 'printf "\\036launcher-pid %s\\n" "$$"; exec "$@"'
-_KILL = 'kill -KILL "-$0" 2>/dev/null || kill -KILL "$0"'
+_MARK = PID_MARK
+_START = START_IN_SESSION
+_INNER = REPORT_PID
+_KILL = KILL_GROUP
 
 Api = Any  # kubernetes.client.CoreV1Api
 ApiSource = Any  # a CoreV1Api, or a function of no arguments that makes one
@@ -220,7 +224,7 @@ class KubeExecRunner:
                     session.close()
                     self._kill(start.pid)
                     output.tail.append(f"(stopped after {timeout:g} s)")
-                    return CommandResult(TIMED_OUT, output.text())
+                    return CommandResult(TIMED_OUT, output.text(), timed_out=True)
                 try:
                     stdout, stderr = session.pump(wait)
                 except ConnectionLost as exc:

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import shutil
 import signal
 import subprocess
-import threading
-from collections import deque
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from launcher.runners.base import CommandResult, OutputSink, expand_home
-
-_TAIL_LINES = 20
+from launcher.runners.shell import LineBuffer, OutputLines
 
 
 class LocalProcessRunner:
@@ -61,33 +60,23 @@ class LocalProcessRunner:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a timeout or Ctrl-C stops the whole command tree
         )
-        tail: deque[str] = deque(maxlen=_TAIL_LINES)
-        timer = _Killer(process, timeout)
-        try:
-            self._pump(process, tail, echo)
-            code = process.wait()
-        except BaseException:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        log = self.log_path.open("a", encoding="utf-8")
+        with process.stdout or contextlib.nullcontext(), log:
+            output = OutputLines(log, echo)
+            try:
+                finished = _pump(process, LineBuffer(output, hold_last=False), deadline)
+            except BaseException:
+                _kill_group(process)
+                raise
+        if not finished:
+            # Its process group: the command and all it started that stayed in it. (One that
+            # left the group and holds the output open no longer keeps this waiting.)
             _kill_group(process)
-            raise
-        finally:
-            timer.cancel()
-        if timer.fired:
-            tail.append(f"(stopped after {timeout:g} s)")
-            code = 124
-        return CommandResult(code, "\n".join(tail))
-
-    def _pump(
-        self, process: subprocess.Popen[bytes], tail: deque[str], echo: OutputSink | None
-    ) -> None:
-        assert process.stdout is not None
-        with self.log_path.open("a", encoding="utf-8") as log:
-            for raw in process.stdout:
-                line = raw.decode("utf-8", errors="replace").rstrip("\n")
-                log.write(line + "\n")
-                log.flush()
-                tail.append(line)
-                if echo is not None:
-                    echo(line)
+            process.wait()
+            output.tail.append(f"(stopped after {timeout:g} s)")
+            return CommandResult(124, output.text(), timed_out=True)
+        return CommandResult(process.wait(), output.text())
 
     def remote_path(self, path: str) -> str:
         return expand_home(path, lambda: str(self.home))
@@ -123,22 +112,25 @@ def copy_tree_like_rsync(source: str, target: str, excludes: tuple[str, ...]) ->
         shutil.copy2(src, dest)
 
 
-class _Killer:
-    def __init__(self, process: subprocess.Popen[bytes], timeout: float | None) -> None:
-        self.fired = False
-        self._process = process
-        self._timer = threading.Timer(timeout, self._fire) if timeout else None
-        if self._timer:
-            self._timer.daemon = True
-            self._timer.start()
-
-    def _fire(self) -> None:
-        self.fired = True
-        _kill_group(self._process)
-
-    def cancel(self) -> None:
-        if self._timer:
-            self._timer.cancel()
+def _pump(process: subprocess.Popen[bytes], lines: LineBuffer, deadline: float | None) -> bool:
+    """Feed `process`'s output to `lines` until it ends (True) or `deadline` passes (False).
+    Reads never block past the deadline, even when a process the command left behind holds
+    its output open."""
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                return False
+            if not selector.select(wait):
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                lines.finish()
+                return True
+            lines.feed(chunk)
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:

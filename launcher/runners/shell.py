@@ -1,7 +1,8 @@
 """What the remote runners (SSH, Kubernetes exec) share about running a command: the login
-shell it runs in, with its environment given as `env NAME=value` arguments, and the
-handling of its output lines (the node's log, the tail kept for error messages, `echo`)
-and the log file itself."""
+shell it runs in, with its environment given as `env NAME=value` arguments, the wrapper that
+makes a command report its process group so a timeout can kill it there (closing the
+connection does not stop a command), the handling of its output lines (the node's log, the
+tail kept for error messages, `echo`) and the log file itself."""
 
 from __future__ import annotations
 
@@ -20,6 +21,66 @@ NOISE = (
     "bash: cannot set terminal process group",
     "bash: no job control in this shell",
 )
+
+
+# `sh -c START_IN_SESSION REPORT_PID ARGV...`: run ARGV in a session of its own when setsid
+# can wait for it, after REPORT_PID printed the process's id (then also its process group's)
+# on stdout as a line of its own: PID_MARK and the digits.
+PID_MARK = b"\x1elauncher-pid "
+START_IN_SESSION = (
+    'if setsid -w true 2>/dev/null; then exec setsid -w sh -c "$0" sh "$@"; fi; '
+    'exec sh -c "$0" sh "$@"'
+)
+REPORT_PID = 'printf "\\036launcher-pid %s\\n" "$$"; exec "$@"'
+# `sh -c KILL_GROUP PID`: kill the reported process group (the process alone without setsid).
+KILL_GROUP = 'kill -KILL "-$0" 2>/dev/null || kill -KILL "$0"'
+
+
+def reporting_pid(argv: list[str]) -> list[str]:
+    """`argv` run in a session of its own that first reports its process id (PidReport)."""
+    return ["sh", "-c", START_IN_SESSION, REPORT_PID, *argv]
+
+
+def kill_group_argv(pid: int) -> list[str]:
+    return ["sh", "-c", KILL_GROUP, str(pid)]
+
+
+class PidReport:
+    """Takes the process id a command started by `reporting_pid` reports out of its output.
+    Lines before the report (a shell's rc file may print some) are output; everything after
+    it is passed on untouched."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.reported = False
+        self._held = b""
+
+    def feed(self, data: bytes) -> bytes:
+        """The command's own output in `data` (a line that may still be the report waits)."""
+        if self.reported:
+            return data
+        self._held += data
+        passed = []
+        while not self.reported:
+            line, newline, rest = self._held.partition(b"\n")
+            if not newline:
+                break
+            self._held = rest
+            if line.startswith(PID_MARK):
+                digits = line[len(PID_MARK) :]
+                self.pid = int(digits) if digits.isdigit() else None
+                self.reported = True
+            else:
+                passed.append(line + newline)
+        if self.reported:
+            passed.append(self._held)
+            self._held = b""
+        return b"".join(passed)
+
+    def finish(self) -> bytes:
+        """What was held back when the output ends."""
+        held, self._held = self._held, b""
+        return held
 
 
 def login_shell_argv(

@@ -14,6 +14,7 @@ same machine must present the same key.
 from __future__ import annotations
 
 import contextlib
+import logging
 import shlex
 import socket
 import subprocess
@@ -25,7 +26,7 @@ from typing import Any, Literal, TypeVar
 
 import paramiko
 
-from launcher.errors import HostKeyError
+from launcher.errors import HostKeyError, LauncherError
 from launcher.runners.base import CommandResult, OutputSink, expand_home
 from launcher.runners.copy import (
     CopySize,
@@ -38,14 +39,35 @@ from launcher.runners.copy import (
     ssh_command,
 )
 from launcher.runners.known_hosts import KnownHosts
-from launcher.runners.shell import LineBuffer, OutputLines, append_to_log, login_shell_argv
+from launcher.runners.shell import (
+    LineBuffer,
+    OutputLines,
+    PidReport,
+    append_to_log,
+    kill_group_argv,
+    login_shell_argv,
+    reporting_pid,
+)
 from launcher.runners.ssh_target import SSHTarget
 
-__all__ = ["SSHRunner", "SSHTarget"]
+__all__ = ["SSHNotAnsweringError", "SSHRunner", "SSHTarget"]
 
 COMMAND_ATTEMPTS = 3  # a command whose connection drops is run again, this many times in all
+KILL_WAIT_S = 10.0  # the longest a timed-out command's kill may take on the node
 CopyMethod = Literal["auto", "rsync", "sftp"]
 _T = TypeVar("_T")
+
+# paramiko's transport thread logs a failed handshake with its traceback at ERROR level; with
+# no handler anywhere, Python's last resort prints that on stderr. The launcher reports the
+# failure itself, in one line (a handler the user configures still receives these).
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+
+class SSHNotAnsweringError(LauncherError, OSError):
+    """A host accepted the TCP connection but sent no SSH banner in time (or closed it), or
+    did not finish the SSH handshake in time. Not tried again at once: the host is there,
+    but what listens does not work as an SSH server. An OSError to the wait-until-ready
+    loops (a booting machine may get there), a LauncherError to everything else."""
 
 
 class SSHRunner:
@@ -113,6 +135,16 @@ class SSHRunner:
                     f"forget the old key with `ssh-keygen -R '{name}' -f "
                     f"{self.known_hosts.path}` and run again"
                 ) from exc
+            except paramiko.SSHException as exc:
+                client.close()
+                sock.close()
+                if str(exc) != "No existing session":  # paramiko: the handshake did not end
+                    raise
+                raise SSHNotAnsweringError(
+                    f"{self.target.host}:{self.target.port} sent an SSH banner but did not "
+                    f"finish the SSH handshake within {self.connect_timeout_s:g} s (a hung "
+                    "or overloaded sshd?)"
+                ) from None
             except BaseException:
                 client.close()
                 sock.close()
@@ -132,6 +164,11 @@ class SSHRunner:
         sock = socket.create_connection(
             (self.target.host, self.target.port), timeout=self.connect_timeout_s
         )
+        try:
+            self._await_banner(sock)
+        except BaseException:
+            sock.close()
+            raise
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if not hasattr(socket, "TCP_QUICKACK"):  # Linux only
             return sock
@@ -139,6 +176,25 @@ class SSHRunner:
         quick.settimeout(self.connect_timeout_s)
         quick.acknowledge_at_once()
         return quick
+
+    def _await_banner(self, sock: socket.socket) -> None:
+        """Wait (at most connect_timeout_s) for the server's first bytes, its SSH banner,
+        without taking them: a host that accepts connections and then says nothing is named
+        as such, instead of paramiko's handshake failing in its own thread."""
+        where = f"{self.target.host}:{self.target.port}"
+        try:
+            first = sock.recv(1, socket.MSG_PEEK)
+        except TimeoutError:
+            raise SSHNotAnsweringError(
+                f"{where} accepted the connection but sent no SSH banner within "
+                f"{self.connect_timeout_s:g} s (a hung or overloaded sshd, or another "
+                "program on that port?)"
+            ) from None
+        if not first:
+            raise SSHNotAnsweringError(
+                f"{where} accepted the connection and closed it without sending an SSH "
+                "banner (sshd refusing this machine, or another program on that port?)"
+            )
 
     def _proxy_command(self) -> str:
         command = self.target.proxy_command or ""
@@ -158,6 +214,8 @@ class SSHRunner:
     def check_ready(self) -> str | None:
         try:
             self._connect()  # a HostKeyError is not caught here: waiting cannot fix it
+        except SSHNotAnsweringError as exc:
+            return str(exc)  # names the host
         except (OSError, EOFError, paramiko.SSHException) as exc:
             return f"ssh {self.target}: {_why(exc)}"
         return None
@@ -181,10 +239,17 @@ class SSHRunner:
         self._log(f"$ {command}\n")
         if interactive:
             return self._run_in_terminal(line)
+        if timeout is not None:
+            # Reports its process group first, so that a timeout can kill it on the node.
+            line = shlex.join(reporting_pid(login_shell_argv(command, self.base_env, env)))
+        deadline = None if timeout is None else time.monotonic() + timeout
         last: Exception | None = None
         for attempt in range(1, COMMAND_ATTEMPTS + 1):
             try:
-                return self._run_once(line, timeout, echo)
+                return self._run_once(line, deadline, timeout, echo)
+            except SSHNotAnsweringError:
+                self.close()
+                raise
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 last = exc
                 self._dropped(attempt, exc, "")
@@ -224,6 +289,9 @@ class SSHRunner:
                 _, stdout, _ = client.exec_command(f"sh -c {shlex.quote(command)}", timeout=timeout)
                 output = stdout.read().decode("utf-8", errors="replace")
                 return stdout.channel.recv_exit_status(), output
+            except SSHNotAnsweringError:
+                self.close()
+                raise
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 self.close()
                 if attempt == COMMAND_ATTEMPTS:
@@ -231,12 +299,18 @@ class SSHRunner:
                 time.sleep(_backoff_s(attempt))
         raise AssertionError("unreachable")
 
-    def _run_once(self, line: str, timeout: float | None, echo: OutputSink | None) -> CommandResult:
+    def _run_once(
+        self,
+        line: str,
+        deadline: float | None,
+        timeout: float | None,
+        echo: OutputSink | None,
+    ) -> CommandResult:
         client = self._connect()
         transport = client.get_transport()
         assert transport is not None
         channel = transport.open_session(timeout=self.connect_timeout_s)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        report = PidReport() if deadline is not None else None
         with channel, self.log_path.open("a", encoding="utf-8") as log:
             output = OutputLines(log, echo)
             channel.set_combine_stderr(True)
@@ -245,8 +319,10 @@ class SSHRunner:
             lines = LineBuffer(output)
             while True:
                 if deadline is not None and time.monotonic() > deadline:
+                    channel.close()
+                    self._stop_remote(transport, report.pid if report else None)
                     output.tail.append(f"(stopped after {timeout:g} s)")
-                    return CommandResult(124, output.text())
+                    return CommandResult(124, output.text(), timed_out=True)
                 try:
                     chunk = channel.recv(65536)
                 except TimeoutError:
@@ -255,7 +331,8 @@ class SSHRunner:
                     raise EOFError("the connection closed") from None
                 if not chunk:
                     break
-                lines.feed(chunk)
+                lines.feed(report.feed(chunk) if report else chunk)
+            lines.feed(report.finish() if report else b"")
             lines.finish()
             if not channel.exit_status_ready() and not transport.is_active():
                 raise EOFError("the connection closed before the command finished")
@@ -263,6 +340,23 @@ class SSHRunner:
         if code == -1:
             raise EOFError("the command ended without an exit status")
         return CommandResult(code, output.text())
+
+    def _stop_remote(self, transport: paramiko.Transport, pid: int | None) -> None:
+        """Kill a timed-out command's process group on the node: closing its channel does
+        not stop it (sshd gives a command without a terminal no hangup). Best effort, said
+        in the node's log when it cannot be done."""
+        if pid is None:
+            self._log(f"(could not stop the command on {self.target}: it reported no process)\n")
+            return
+        try:
+            with transport.open_session(timeout=self.connect_timeout_s) as channel:
+                channel.exec_command(shlex.join(kill_group_argv(pid)))
+                if channel.status_event.wait(KILL_WAIT_S):
+                    return
+            problem = f"no answer within {KILL_WAIT_S:g} s"
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            problem = _why(exc)
+        self._log(f"(could not stop process group {pid} on {self.target}: {problem})\n")
 
     def _log(self, text: str) -> None:
         append_to_log(self.log_path, text)
@@ -331,6 +425,8 @@ class SSHRunner:
             with self._sftp_lock:
                 try:
                     return work(self._sftp_session())
+                except SSHNotAnsweringError:
+                    raise
                 except (EOFError, paramiko.SSHException, OSError) as exc:
                     transport = self._client.get_transport() if self._client else None
                     if isinstance(exc, OSError) and transport is not None and transport.is_active():

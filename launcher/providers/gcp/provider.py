@@ -1,8 +1,8 @@
 """The GCE provider: nodes are instances labelled with the cluster, kind, type and status.
 
 - Listing: one `instances.aggregatedList` filtered on the cluster's label (every zone).
-- Launching: instances named from the request (`launcher-CLUSTER-w-HASH`), inserted with a
-  `requestId` derived from the request, zone and name, so a repeated request makes nothing
+- Launching: instances named from the request (`launcher-CLUSTER-CHASH-w-HASH`), inserted
+  with a `requestId` derived from the request, zone and name, so a repeated request makes nothing
   twice (GCE answers a repeated requestId with the first operation, and a taken name with
   409); every operation is waited on and its error surfaced. A zone out of capacity
   (ZONE_RESOURCE_POOL_EXHAUSTED..., HTTP 503) sends the rest to the next zone of
@@ -14,8 +14,12 @@
   returns once GCE says each is gone.
 - Bootstrap (from the user's machine only; the head looks up): the SSH key (the config's,
   else one made once under `$LAUNCHER_HOME/keys/`), put in each instance's `ssh-keys`
-  metadata, and two firewall rules on the nodes' network: SSH from the caller only, and all
-  traffic between the cluster's nodes, both scoped by the cluster's network tag.
+  metadata; two firewall rules on the nodes' network (firewall.py: SSH from the caller, or
+  `allow_ssh_from`, or with `use_internal_ips` the network's own subnet ranges; and all
+  traffic between the cluster's nodes, both scoped by the cluster's network tag), patched
+  when they differ from what the config asks; and the head's service account (accounts.py,
+  grants.py: its instance admin role limited by an IAM condition to the cluster's
+  instances). Every name derived from the cluster name comes from names.py.
 """
 
 from __future__ import annotations

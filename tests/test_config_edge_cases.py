@@ -139,6 +139,7 @@ def test_whole_floats_count_as_integers(write_config: Write, cli_runner: Run) ->
 def test_on_prem_counts_capped_at_the_machines_listed(write_config: Write, cli_runner: Run) -> None:
     text = (
         "cluster_name: x\nmax_workers: 5\nprovider: {type: local, head_ip: a, worker_ips: [b, c]}\n"
+        "auth: {ssh_user: me}\n"
     )
     result = cli_runner("plan", "--json", str(write_config(text)))
     assert result.exit_code == 0

@@ -21,6 +21,7 @@ from launcher.cluster.autostop_setting import (
 )
 from launcher.config.loader import Overrides, load_config
 from launcher.config.model import Autostop, ClusterConfig
+from launcher.config.schema import property_fix
 from launcher.errors import UsageError
 
 F = Callable[..., Any]
@@ -30,11 +31,21 @@ config_argument = click.argument(
 )
 
 
+def _checked_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A name given with -n is checked by the config's own cluster_name rule, and a bad one
+    is blamed on the flag (the file is not at fault)."""
+    fix = None if value is None else property_fix("cluster", "cluster_name", value)
+    if fix is not None:
+        raise UsageError(f"--cluster-name {value!r} is not a valid cluster name; {fix}")
+    return value
+
+
 def name_option(f: F) -> F:
     return click.option(
         "-n",
         "--cluster-name",
         default=None,
+        callback=_checked_name,
         help="Use this cluster name instead of the config's cluster_name.",
     )(f)
 

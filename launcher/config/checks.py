@@ -6,11 +6,13 @@ each check therefore skips values of the wrong shape (the schema reports those).
 
 from __future__ import annotations
 
+import math
+import posixpath
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from launcher.config.problems import Problem, Severity, did_you_mean
+from launcher.config.problems import Problem, Severity, YamlPath, did_you_mean
 
 _RAY_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory", "TPU")
 
@@ -24,6 +26,23 @@ def as_count(value: object) -> int | None:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return None
+
+
+def non_finite_problems(data: object, path: YamlPath = ()) -> list[Problem]:
+    """Every .nan, .inf or -.inf anywhere in `data`: no setting takes one, and arithmetic
+    on one fails or runs away far from where it was written."""
+    if isinstance(data, float) and not math.isfinite(data):
+        what = "is not a number (.nan)" if math.isnan(data) else f"is infinite ({_inf(data)})"
+        return [Problem(path, what, "write a finite number such as 1.5")]
+    if isinstance(data, Mapping):
+        return [p for key, value in data.items() for p in non_finite_problems(value, (*path, key))]
+    if isinstance(data, list):
+        return [p for i, value in enumerate(data) for p in non_finite_problems(value, (*path, i))]
+    return []
+
+
+def _inf(value: float) -> str:
+    return ".inf" if value > 0 else "-.inf"
 
 
 def _node_types(merged: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -49,6 +68,7 @@ def check_config(
     problems += _check_head_type(merged)
     problems += _check_counts(merged)
     problems += _check_resource_names(merged)
+    problems += _check_mount_targets(merged)
     if local_files:
         problems += _check_files(merged, cwd)
     problems += _check_docker(merged)
@@ -152,16 +172,45 @@ def _check_resource_names(merged: Mapping[str, Any]) -> Iterator[Problem]:
                 )
 
 
+def _check_mount_targets(merged: Mapping[str, Any]) -> Iterator[Problem]:
+    mounts = merged.get("file_mounts")
+    if not isinstance(mounts, Mapping):
+        return
+    for remote in mounts:
+        text = str(remote)
+        if not (text.startswith("/") or text.startswith("~")):
+            yield Problem(
+                ("file_mounts", remote),
+                "remote path is relative",
+                "write an absolute path or one starting with ~/",
+            )
+        elif ".." in text.split("/"):
+            yield _dotdot_target(text)
+
+
+def _dotdot_target(remote: str) -> Problem:
+    """A file mount target with `..`: where it climbs to, and the path to write instead.
+    (A node resolves `..` after symlinks, so such a path need not land where it reads.)"""
+    path = ("file_mounts", remote)
+    fix = "write the target {} without `..`"
+    if remote == "~" or remote.startswith("~/"):
+        inside = posixpath.normpath(remote[2:] or ".")
+        if inside == ".." or inside.startswith("../"):
+            return Problem(
+                path,
+                "remote path climbs with `..` outside the home directory it starts from",
+                fix.format("inside ~/, or as an absolute path,"),
+            )
+        meant = "~" if inside == "." else f"~/{inside}"
+    else:
+        meant = posixpath.normpath(remote)
+    return Problem(path, f"remote path has `..` (it means {meant})", fix.format(f"as {meant},"))
+
+
 def _check_files(merged: Mapping[str, Any], cwd: Path) -> Iterator[Problem]:
     mounts = merged.get("file_mounts")
     if isinstance(mounts, Mapping):
         for remote, local in mounts.items():
-            if not (str(remote).startswith("/") or str(remote).startswith("~")):
-                yield Problem(
-                    ("file_mounts", remote),
-                    "remote path is relative",
-                    "write an absolute path or one starting with ~/",
-                )
             if isinstance(local, str) and not (cwd / Path(local).expanduser()).exists():
                 yield Problem(
                     ("file_mounts", remote),

@@ -7,13 +7,15 @@ warnings travel with the resulting `ClusterConfig`.
 from __future__ import annotations
 
 import copy
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from launcher.config.build import build_config
-from launcher.config.checks import check_config
+from launcher.config.checks import check_config, non_finite_problems
 from launcher.config.defaults import merge_defaults, provider_defaults
 from launcher.config.legacy import Aliases, convert_legacy
 from launcher.config.model import ClusterConfig
@@ -37,18 +39,59 @@ class Overrides:
     no_restart: bool = False
 
 
+# No cluster config comes near this (Kubernetes keeps a whole ConfigMap under 1 MiB); the cap
+# keeps a wrong path (a log, an image) from filling memory before YAML says it is not YAML.
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+_NOT_REGULAR = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
 def read_config_file(path: str | Path) -> str:
-    target = Path(path)
-    if not target.exists():
-        raise UsageError(f"{path}: no such file; give the path to a cluster YAML file")
-    if target.is_dir():
-        raise UsageError(f"{path}: is a directory; give the path to a cluster YAML file")
+    """The text of the config file at `path`: a regular file of at most MAX_CONFIG_BYTES.
+    Opened without blocking, so a FIFO is refused rather than waited on."""
     try:
-        return target.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from exc
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file; give the path to a cluster YAML file") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read it ({exc.strerror})") from exc
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        _check_kind(path, info)
+        try:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read it ({exc.strerror})") from exc
+    if len(data) > MAX_CONFIG_BYTES:
+        raise UsageError(_too_large(path, max(info.st_size, len(data))))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from exc
+
+
+def _check_kind(path: str | Path, info: os.stat_result) -> None:
+    for test, what in _NOT_REGULAR:
+        if test(info.st_mode):
+            raise UsageError(
+                f"{path}: is {what}, not a regular file; give the path to a cluster YAML file"
+            )
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise UsageError(_too_large(path, info.st_size))
+
+
+def _too_large(path: str | Path, size: int) -> str:
+    limit = MAX_CONFIG_BYTES // (1024 * 1024)
+    return (
+        f"{path}: is {size / (1024 * 1024):.1f} MiB, more than the {limit} MiB a cluster config "
+        "may be; check the path (cluster configs are a few KB)"
+    )
 
 
 def load_config(
@@ -72,6 +115,10 @@ def parse_config(
     if document is None:
         raise ConfigError(source, problems)
     raw = _top_level(document, problems, source)
+    # Refused before anything computes with them, providers' checks included.
+    numbers = non_finite_problems(raw)
+    if numbers:
+        raise ConfigError(source, _locate(numbers, document, {}))
     merged, spec, aliases, more = _prepare(raw, overrides or Overrides())
     problems += more
     problems += _validate(merged, spec)

@@ -125,6 +125,13 @@ def _edit_distance(a: str, b: str) -> int:
     return previous[-1]
 
 
+def number_text(value: float) -> str:
+    """A number as a message shows it: 1e+15, not sixteen digits."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**12:
+        return f"{float(value):.4g}"
+    return str(value)
+
+
 def describe_value(value: object) -> str:
     """A short, typed description of a YAML value for messages."""
     if value is None:
@@ -132,7 +139,7 @@ def describe_value(value: object) -> str:
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
     if isinstance(value, int | float):
-        return f"the number {value}"
+        return f"the number {number_text(value)}"
     if isinstance(value, str):
         shown = value if len(value) <= 40 else value[:37] + "..."
         return f"the string {shown!r}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
@@ -19,6 +20,7 @@ from launcher.config.problems import (
     did_you_mean,
     format_path,
     hidden_characters,
+    number_text,
 )
 
 _TYPE_WORDS = {
@@ -54,15 +56,42 @@ def load_schema(name: str) -> Mapping[str, Any]:
     return result
 
 
+def _strict_pattern(
+    validator: Any, pattern: str, instance: object, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    """JSON schema's `pattern`, where a final `$` is the end of the text: Python's `$` also
+    matches before a final newline, which let `"x\\n"` pass as a cluster name."""
+    if not isinstance(instance, str):
+        return
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1] + r"\Z"
+    if re.search(pattern, instance) is None:
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_Validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+    jsonschema.Draft7Validator, {"pattern": _strict_pattern}
+)
+
+
 @cache
-def _validator(name: str, definition: str | None) -> jsonschema.Draft7Validator:
+def _validator(name: str, definition: str | None) -> Any:
     root = load_schema(name)
     schema = (
         root
         if definition is None
         else {**root["definitions"][definition], "definitions": root.get("definitions", {})}
     )
-    return jsonschema.Draft7Validator(schema)
+    return _Validator(schema)
+
+
+def property_fix(name: str, key: str, value: object) -> str | None:
+    """None when `value` is valid for the top-level `key` of schema `name`, else the rule's
+    fix (its `x-hint`): for values given outside the file, such as `--cluster-name`."""
+    rule = load_schema(name)["properties"][key]
+    if _Validator(rule).is_valid(value):
+        return None
+    return str(rule.get("x-hint") or f"see `{key}` in docs/config-reference.md")
 
 
 def schema_problems(
@@ -160,15 +189,15 @@ def _convert(error: ValidationError, base: YamlPath) -> Iterator[Problem]:
     if kind in ("minimum", "exclusiveMinimum"):
         yield Problem(
             path,
-            f"{value} is less than the minimum of {expected}",
-            hint or f"use {expected} or more",
+            f"{_number(value)} is less than the minimum of {_number(expected)}",
+            hint or f"use {_number(expected)} or more",
         )
         return
     if kind == "maximum":
         yield Problem(
             path,
-            f"{value} is more than the maximum of {expected}",
-            hint or f"use {expected} or less",
+            f"{_number(value)} is more than the maximum of {_number(expected)}",
+            hint or f"use {_number(expected)} or less",
         )
         return
     if kind in ("enum", "const"):
@@ -197,6 +226,10 @@ def _convert(error: ValidationError, base: YamlPath) -> Iterator[Problem]:
             )
         return
     yield Problem(path, error.message, hint)
+
+
+def _number(value: object) -> str:
+    return number_text(value) if isinstance(value, int | float) else str(value)
 
 
 def _unknown_keys(value: object, schema: Mapping[str, Any]) -> list[str]:

@@ -3,12 +3,14 @@
 Positions let every problem name the line it is on. Mapping keys are kept as the text the
 user wrote (`on:` stays "on", `1:` stays "1"), since cluster configs only have text keys.
 Duplicate keys, which YAML resolves silently to the last value, are reported as warnings;
-recursive aliases and alias "bombs" are refused before anything walks the data.
+recursive aliases and alias "bombs" are refused before anything walks the data, and so are
+files no cluster config resembles (too many values, nesting too deep, numbers too long),
+while they are read, each with a message of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,13 +20,103 @@ from launcher.config.problems import Problem, Severity, YamlPath
 
 Position = tuple[int, int]  # 1-based line, 1-based column
 
-# More values than this after expanding aliases is refused: no cluster config comes close.
+# More values than this, in the file or after expanding aliases, is refused: no cluster
+# config comes close (Ray's largest examples hold a few hundred).
 MAX_EXPANDED_VALUES = 200_000
+# Lists and mappings nested deeper than this are refused, aliases counted: a Kubernetes pod
+# in a node type is about 12 deep, and every walk of the data stays far from Python's
+# recursion limit.
+MAX_NESTING = 64
+# A number written with more characters than this is refused (2**64 has 20 digits).
+MAX_NUMBER_CHARS = 100
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
+class _Refused(Exception):
+    """The file is not like any cluster config: stop reading it, with this problem."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
+
+
+@dataclass
+class _Open:
+    """A list or mapping being read: its anchor, and how deep what is in it goes so far."""
+
+    anchor: str | None
+    height: int = 0
+
+
+class _ShapeGuard:
+    """Follows the parser's events as they are read and refuses, at the line it is seen,
+    more values than MAX_EXPANDED_VALUES or nesting deeper than MAX_NESTING (aliases
+    counted at the depth of what they stand for). No recursion: it holds a stack."""
+
+    def __init__(self) -> None:
+        self.open: list[_Open] = []
+        self.heights: dict[str, int] = {}  # anchor -> levels of lists and mappings it holds
+        self.values = 0
+
+    def see(self, event: yaml.Event) -> Problem | None:
+        line = event.start_mark.line + 1 if event.start_mark else None
+        if isinstance(event, yaml.ScalarEvent | yaml.CollectionStartEvent):
+            self.values += 1
+            if self.values > MAX_EXPANDED_VALUES:
+                return Problem(
+                    (),
+                    f"the file holds more than {MAX_EXPANDED_VALUES} values by this line; "
+                    "a cluster config needs far fewer",
+                    "put long lists of commands in a script and run it from one command",
+                    line=line,
+                )
+        if isinstance(event, yaml.CollectionStartEvent):
+            self.open.append(_Open(event.anchor))
+            if len(self.open) > MAX_NESTING:
+                return Problem(
+                    (),
+                    f"lists or mappings nest more than {MAX_NESTING} levels deep here",
+                    "no cluster config nests that deep: check the brackets and indentation",
+                    line=line,
+                )
+        elif isinstance(event, yaml.CollectionEndEvent) and self.open:
+            done = self.open.pop()
+            self._close(done.anchor, done.height + 1)
+        elif isinstance(event, yaml.ScalarEvent):
+            self._close(event.anchor, 0)
+        elif isinstance(event, yaml.AliasEvent):
+            height = self.heights.get(str(event.anchor), 0)
+            if len(self.open) + height > MAX_NESTING:
+                return Problem(
+                    (),
+                    f"aliases here nest the data more than {MAX_NESTING} levels deep",
+                    "use fewer aliases of parts that themselves hold aliases",
+                    line=line,
+                )
+            self._close(None, height)
+        return None
+
+    def _close(self, anchor: str | None, height: int) -> None:
+        if anchor is not None:
+            self.heights[anchor] = height
+        if self.open:
+            self.open[-1].height = max(self.open[-1].height, height)
+
+
 class _TextKeyLoader(yaml.SafeLoader):
-    """SafeLoader that keeps every mapping key as the text written in the file."""
+    """SafeLoader that keeps every mapping key as the text written in the file, and refuses
+    what no cluster config holds (see _ShapeGuard and _number) as it reads."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.guard = _ShapeGuard()
+
+    def get_event(self) -> yaml.Event:
+        event: yaml.Event = super().get_event()  # type: ignore[no-untyped-call]
+        problem = self.guard.see(event)
+        if problem is not None:
+            raise _Refused(problem)
+        return event
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         self.flatten_mapping(node)
@@ -39,6 +131,37 @@ class _TextKeyLoader(yaml.SafeLoader):
                 )
             mapping[str(key_node.value)] = self.construct_object(value_node, deep=deep)
         return mapping
+
+
+def _number(
+    base: Callable[[yaml.SafeLoader, yaml.ScalarNode], object],
+) -> Callable[[yaml.SafeLoader, yaml.ScalarNode], object]:
+    """`base` (YAML's int or float constructor), refusing numbers written absurdly long:
+    Python will not even turn an integer of more than 4300 digits into text."""
+
+    def construct(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> object:
+        text = str(node.value)
+        if len(text) > MAX_NUMBER_CHARS:
+            line, column = node.start_mark.line + 1, node.start_mark.column + 1
+            digits = sum(c.isdigit() for c in text)
+            raise _Refused(
+                Problem(
+                    (),
+                    f"a number of {digits} digits; no setting takes a number that long",
+                    "check the value, and quote it if it is text such as an ID",
+                    line=line,
+                    column=column,
+                )
+            )
+        return base(loader, node)
+
+    return construct
+
+
+_TextKeyLoader.add_constructor("tag:yaml.org,2002:int", _number(yaml.SafeLoader.construct_yaml_int))
+_TextKeyLoader.add_constructor(
+    "tag:yaml.org,2002:float", _number(yaml.SafeLoader.construct_yaml_float)
+)
 
 
 @dataclass(frozen=True)
@@ -81,6 +204,8 @@ def parse_yaml(text: str) -> tuple[YamlDocument | None, list[Problem]]:
             return None, [refused]
         problems = _duplicate_keys(node, (), set())
         data = loader.construct_document(node)
+    except _Refused as exc:
+        return None, [exc.problem]
     except yaml.MarkedYAMLError as exc:
         return None, [_syntax_problem(exc)]
     except yaml.YAMLError as exc:

@@ -333,3 +333,24 @@ def test_ssh_open_to_the_world_is_a_warning_in_validate_and_plan() -> None:
         warnings = [p for p in config.warnings if "allow_ssh_from" in str(p.path)]
         assert len(warnings) == 1 and "whole internet" in warnings[0].message
     assert not any("allow_ssh_from" in str(p.path) for p in _config("c").warnings)
+
+
+def test_a_key_made_under_the_exact_cluster_name_is_kept_while_the_cluster_uses_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Earlier versions named the key `launcher-gcp-CLUSTER.pem` whatever the name held; a
+    running `ML-prod` cluster's nodes trust that key, so it is used while it exists and the
+    derived one does not."""
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path))
+    derived = GcpSpec().derived_names(_config("ML-prod"))["SSH key file"]
+    assert derived != "launcher-gcp-ML-prod" and GCE_NAME.valid(derived)
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "launcher-gcp-ML-prod.pem").write_text("old key")
+    assert GcpProvider(_config("ML-prod")).ssh_private_key() == str(
+        tmp_path / "keys" / "launcher-gcp-ML-prod.pem"
+    )
+    assert GcpSpec().derived_names(_config("ML-prod"))["SSH key file"] == "launcher-gcp-ML-prod"
+    (tmp_path / "keys" / f"{derived}.pem").write_text("new key")
+    assert GcpProvider(_config("ML-prod")).ssh_private_key() == str(
+        tmp_path / "keys" / f"{derived}.pem"
+    )

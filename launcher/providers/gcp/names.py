@@ -68,9 +68,10 @@ def key_file(cluster: str) -> Path:
     the derived one does not, so a running cluster stays reachable."""
     derived = key_path(derive("launcher-gcp-", cluster, GCE_NAME))
     legacy = key_path(f"launcher-gcp-{cluster}")
-    if "/" not in cluster and not derived.exists() and legacy.exists():
-        return legacy
-    return derived
+    if "/" in cluster or derived.exists() or not legacy.parent.is_dir():
+        return derived
+    # By its exact name: on a case-blind file system `ML-prod`'s would be `ml-prod`'s key.
+    return legacy if legacy.name in {p.name for p in legacy.parent.iterdir()} else derived
 
 
 def derived_names(cluster: str) -> dict[str, str]:

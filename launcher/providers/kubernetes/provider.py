@@ -280,7 +280,7 @@ class KubernetesProvider(NodeProvider):
         made = autoscaler_objects(settings, self.cluster_name)
         removed = []
         for (kind, manifest), named in reversed(list(zip(made, given, strict=True))):
-            names = [name_of(manifest)] + ([objects.SHARED_NAME] if named is None else [])
+            names = [name_of(manifest)] + ([] if named else [objects.SHARED_NAME])
             for name in names:
                 line = self.objects.release_shared(kind, name)
                 if line:

@@ -97,7 +97,7 @@ def _autoscaler_objects(config: ClusterConfig) -> list[tuple[str, str, bool]]:
     assert isinstance(provider, KubernetesProviderConfig)
     own = autoscaler_name(config.cluster_name)
     return [
-        (kind, _name(manifest, "?") if manifest else own, manifest is None)
+        (kind, _name(manifest, "?") if manifest else own, not manifest)
         for kind, manifest in (
             ("service account", provider.service_account),
             ("role", provider.role),

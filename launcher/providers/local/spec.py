@@ -183,8 +183,10 @@ class OnPremSpec(ProviderSpec):
 
 def _ssh_user_problems(auth: object) -> list[Problem]:
     """The machines are reached over SSH as `auth.ssh_user`, which has no default."""
-    if not isinstance(auth, Mapping):
+    if auth is None:
         auth = {}
+    if not isinstance(auth, Mapping):
+        return []  # the schema says what `auth` should be
     fix = "set auth.ssh_user to the user to log in as on your machines, such as `ssh_user: ubuntu`"
     if "ssh_user" not in auth:
         return [Problem(("auth",), "`ssh_user` is missing", fix)]

@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,6 +153,12 @@ def with_work_of(demand: Demand, leaving: list[Node]) -> Demand:
     return dataclasses.replace(demand, pending=(*demand.pending, *extra))
 
 
+def _empty_state() -> dict[str, object]:
+    """The state file's contents before a round has written it (a first round may fail)."""
+    keys = ("pending", "placement_groups", "requested", "infeasible", "decisions")
+    return {"time": time.time(), **{key: [] for key in keys}}
+
+
 def log(text: str) -> None:
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     # One write per line: lines logged by two threads at once stay whole.
@@ -208,15 +215,17 @@ class Daemon:
         self.autostop: Autostop | None = config.autostop
         self.idle_s = 0.0
         self.autostop_retry_at = 0.0
+        # Rounds that ended in an exception (Ray's autoscaler calls its count
+        # update_loop_exceptions), and the last one: kept in the state file for `status`.
+        self.loop_exceptions = 0
+        self.last_loop_exception: dict[str, object] | None = None
+        self.state: dict[str, object] = _empty_state()
 
     def run(self) -> None:
         log(f"{STARTED_LINE} {self.config.cluster_name} started")
         try:
             while not self.stopping.is_set():
-                try:
-                    self.tick()
-                except LauncherError as exc:
-                    log(f"error: {exc}")
+                self.round()
                 self.wake.wait(self.interval_s)
                 self.wake.clear()
         finally:
@@ -225,6 +234,26 @@ class Daemon:
             if self.reader is not None:
                 self.reader.close()
         log("autoscaler stopped")
+
+    def round(self) -> None:
+        """One tick. Whatever goes wrong in it is logged and counted, and the daemon goes
+        on to the next round: a bug met in one state of the cluster must not leave the
+        cluster without its autoscaler."""
+        try:
+            self.tick()
+        except Exception as exc:
+            self.loop_exceptions += 1
+            error = f"{type(exc).__name__}: {exc}"
+            self.last_loop_exception = {"time": time.time(), "error": error}
+            if isinstance(exc, LauncherError):
+                log(f"error: {exc}")
+            else:
+                trace = "".join(traceback.format_exception(exc)).rstrip()
+                log(f"error: a round failed ({self.loop_exceptions} so far), going on: {trace}")
+            try:
+                self._save_state(self.state)
+            except OSError as problem:
+                log(f"could not write the autoscaler's state: {problem}")
 
     def tick(self) -> None:
         with self.lock:
@@ -455,7 +484,7 @@ class Daemon:
 
     def _write_state(self, demand: Demand, result: Plan, unavailable: Mapping[str, str]) -> None:
         self.seen_before, self.seen_now = self.seen_now, set()
-        state = {
+        self.state = {
             "pending_launches": [
                 {
                     "node_type": p.node_type,
@@ -485,9 +514,17 @@ class Daemon:
                 "busy": list(self.idle.busy),
             },
         }
+        self._save_state(self.state)
+
+    def _save_state(self, state: Mapping[str, object]) -> None:
+        """`state` and the count of failed rounds, in the state file `status` reads."""
         path = Path(STATE_FILE).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_whole(path, json.dumps(state))
+        health = {
+            "update_loop_exceptions": self.loop_exceptions,
+            "last_loop_exception": self.last_loop_exception,
+        }
+        write_whole(path, json.dumps({**state, **health}))
 
     def _start_update(self, node: Node, head: Node, files_only: bool = False) -> None:
         with self.lock:

@@ -76,6 +76,9 @@ def render_autoscaler(console: Console, state: AutoscalerState | None) -> None:
             "Infeasible (fits no node type): " + ", ".join(_bundle(r) for r in state.infeasible)
         )
     console.print(autostop_line(state.raw.get("autostop")))
+    failures = loop_exceptions_line(state.raw)
+    if failures:
+        console.print(failures)
     if state.decisions:
         console.print("Recent decisions:")
         for when, text in state.decisions:
@@ -93,3 +96,16 @@ def autostop_line(raw: object) -> str:
     if busy:
         return line + "not idle: " + escape(", ".join(str(b) for b in busy))
     return line + f"idle {float(raw.get('idle_s', 0)) / 60:.1f} min so far"
+
+
+def loop_exceptions_line(raw: dict[str, object]) -> str | None:
+    """`Autoscaler rounds failed: 3, the last at 12:00:01: RuntimeError: ...`, or None."""
+    count = raw.get("update_loop_exceptions")
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
+        return None
+    line = f"Autoscaler rounds failed: {count}"
+    last = raw.get("last_loop_exception")
+    if isinstance(last, dict) and isinstance(last.get("time"), int | float):
+        stamp = time.strftime("%H:%M:%S", time.localtime(float(last["time"])))
+        line += f", the last at {stamp}: {escape(str(last.get('error', '')))}"
+    return line + " (`launcher monitor` shows each with its traceback)"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.providers.kubernetes.names import autoscaler_name
 from tests.cluster_helpers import killed_after, run, wait_for
 from tests.kube_fake.kubelet import FakeKubelet
 from tests.kube_fake.server import KubeServer
@@ -86,7 +87,7 @@ class Chaos:
             for p in self.server.pods("ray", f"launcher-cluster={NAME}")
         ]
         for plural, group in OBJECTS:
-            for name in (f"{NAME}-head", "launcher-autoscaler"):
+            for name in (f"{NAME}-head", autoscaler_name(NAME)):
                 if self.server.get(plural, name, "ray", group) is not None:
                     found.append(f"{plural} {name}")
         return found

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import os
+import posixpath
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,11 +119,7 @@ def ensure_daemon(session: HeadSession, spec: AutoscalerSpec, python: str) -> st
         return "running"
     if running:
         stop_daemon(session)
-    with tempfile.TemporaryDirectory() as staging:
-        local = Path(staging) / "autoscaler.json"
-        local.write_text(spec.to_json())
-        session.daemon_runner.run(f"mkdir -p {HEAD_DIR}", session.env)
-        session.daemon_runner.put(str(local), SPEC_FILE)
+    write_spec(session, spec)
     # `&` on the daemon alone, so the shell holds no pipe of ours open while it runs.
     # Started once its first log line is written after the lines already there; a daemon
     # that dies at once is reported with the end of its log.
@@ -140,6 +137,30 @@ def ensure_daemon(session: HeadSession, spec: AutoscalerSpec, python: str) -> st
     if not result.ok:
         raise LauncherError(f"could not start the autoscaler on the head: {result.output_tail}")
     return "restarted" if running else "started"
+
+
+# The head's directory of the launcher, and its autoscaler's: only its user may enter them.
+_PRIVATE_DIRS = f"{posixpath.dirname(HEAD_DIR)} {HEAD_DIR}"
+
+
+def write_spec(session: HeadSession, spec: AutoscalerSpec) -> None:
+    """Put the autoscaler's spec on the head. It holds the whole config, with any
+    credentials it names: 0600, in a 0700 directory (made so in the same command, and
+    made so again if an earlier version left it open), as every secret we write."""
+    private = session.daemon_runner.run(
+        f"umask 077 && mkdir -p {HEAD_DIR} && chmod 700 {_PRIVATE_DIRS}", session.env
+    )
+    if not private.ok:
+        raise LauncherError(f"could not make {HEAD_DIR} on the head: {private.output_tail}")
+    with tempfile.TemporaryDirectory() as staging:
+        local = Path(staging) / "autoscaler.json"
+        local.touch(mode=0o600)
+        local.write_text(spec.to_json())
+        session.daemon_runner.put(str(local), SPEC_FILE)
+    # The copy's mode is the runner's to choose: it is made 0600 whatever it was.
+    closed = session.daemon_runner.run(f"chmod 600 {SPEC_FILE}", session.env)
+    if not closed.ok:
+        raise LauncherError(f"could not make {SPEC_FILE} private: {closed.output_tail}")
 
 
 # The autoscaler exits once the cloud has answered its launches in flight. Killed in the

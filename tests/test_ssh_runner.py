@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import stat
 import threading
 import time
@@ -86,10 +88,33 @@ def test_runs_commands_on_one_reused_connection_with_env_as_data(
 
 
 def test_timeout_stops_a_command(hosts: MakeHost, key: Path, tmp_path: Path) -> None:
-    runner = _runner(hosts(2), key, tmp_path)
-    result = runner.run("sleep 30", timeout=1)
-    assert result.exit_code == 124 and "stopped after 1 s" in result.output_tail
+    """And kills it on the host: closing its channel left it running (sshd sends no hangup
+    to a command without a terminal)."""
+    host = hosts(2)
+    runner = _runner(host, key, tmp_path)
+    result = runner.run("echo before; sleep 300 & echo $! > ~/pid; wait", timeout=1)
+    assert result.timed_out and result.exit_code == 124
+    assert result.output_tail.splitlines() == ["before", "(stopped after 1 s)"]
+    pid = int((user_home(host.user) / "pid").read_text())  # the hosts share this machine
+    try:
+        assert _ends(pid), "the timed-out command still runs on the host"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     assert runner.run("echo still fine").ok
+
+
+def _ends(pid: int, within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            stat_line = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return True
+        if stat_line.rsplit(")", 1)[1].split()[0] == "Z":
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def test_host_key_is_recorded_then_a_changed_key_is_refused(

@@ -6,14 +6,16 @@ the updater then acts through the provider and a `CommandRunner`.
 
 from __future__ import annotations
 
+import functools
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.config.model import ClusterConfig
-from launcher.errors import NodeUpdateError
-from launcher.events import EventSink, NodeProgress
+from launcher.errors import LauncherError, NodeUpdateError
+from launcher.events import EventSink, Message, NodeProgress
 from launcher.paths import node_log
 from launcher.providers.base import (
     TAG_SETUP_HASH,
@@ -25,16 +27,28 @@ from launcher.providers.base import (
     NodeState,
     NodeStatus,
 )
-from launcher.runners.base import CommandRunner, wait_until_ready
+from launcher.runners.base import CommandResult, CommandRunner, wait_until_ready
 from launcher.runners.container import ContainerError, ContainerRunner
 from launcher.runners.filters import filter_excludes
+from launcher.runners.shell import append_to_log
 from launcher.updater.bootstrap import (
     BOOTSTRAP_CONFIG,
     bootstrap_config_text,
     names_bootstrap_config,
 )
+from launcher.updater.bounds import (
+    Bound,
+    command_problem,
+    joins_address,
+    ray_start_bound,
+    setup_bound,
+)
 from launcher.updater.hashing import NodeHashes, node_hashes
 from launcher.updater.runner import node_runner
+from launcher.updater.silence import SilenceWatch
+
+# The line a failed update ends the node's log with (what `up` reads back to say why).
+FAILED_LINE = "launcher: failed while "
 
 
 @dataclass(frozen=True)
@@ -85,7 +99,7 @@ class UpdateOptions:
     restart_only: bool = False
     no_restart: bool = False
     ready_timeout_s: float = 300.0
-    command_timeout_s: float | None = None
+    command_timeout_s: float | None = None  # None: the config's command_timeout_s
 
 
 class NodeUpdater:
@@ -109,6 +123,7 @@ class NodeUpdater:
         self.is_head = node.kind is NodeKind.HEAD
         self.hashes = node_hashes(config, node.node_type, head=self.is_head, cwd=options.cwd)
         self._current = "updating"
+        self._why = ""  # the last failure's detail
 
     def run(self) -> UpdateSteps:
         """Bring the node up to date. Raises NodeUpdateError (and tags the node failed)."""
@@ -142,22 +157,16 @@ class NodeUpdater:
                 self._sync_files()
             if steps.setup:
                 self._stage(NodeStatus.SETTING_UP, "running setup commands")
-                self._run_all((*initialization, *commands.setup), env)
+                self._run_all((*initialization, *commands.setup), env, self._setup_bound)
             if steps.start_ray:
-                self._stage(NodeStatus.STARTING_RAY, "starting Ray")
-                self._place_bootstrap_config(commands.start_ray)
-                with self.provider.ray_start_guard(self.node):
-                    problem = self.provider.before_ray_start(self.node, self.runner)
-                    if problem is not None:
-                        raise self._fail(problem)
-                    self._run_all(
-                        commands.start_ray, {**env, **self.provider.ray_start_env(self.node)}
-                    )
-                self._run_all(self.provider.after_ray_start(self.node), env)
+                self._start_ray(commands.start_ray, env)
         except NodeUpdateError as exc:
-            self.provider.set_tags(self.node.id, {TAG_STATUS: NodeStatus.FAILED})
-            self._emit(f"failed while {exc.stage}", detail=str(exc), failed=True)
+            self._failed(exc)
             raise
+        except LauncherError as exc:  # the runner's (a host key, a host that is no SSH server)
+            failure = self._fail(str(exc))
+            self._failed(failure)
+            raise failure from exc
         self.provider.set_tags(
             self.node.id,
             {
@@ -168,6 +177,28 @@ class NodeUpdater:
         )
         self._emit("up to date", done=True)
         return steps
+
+    def _start_ray(self, start_commands: Sequence[str], env: Mapping[str, str]) -> None:
+        self._stage(NodeStatus.STARTING_RAY, "starting Ray")
+        self._place_bootstrap_config(start_commands)
+        bound = ray_start_bound(self.config)
+        with self.provider.ray_start_guard(self.node):
+            problem = self.provider.before_ray_start(self.node, self.runner)
+            if problem is not None:
+                raise self._fail(problem)
+            start_env = {**env, **self.provider.ray_start_env(self.node)}
+            self._run_all(start_commands, start_env, bound)
+        self._run_all(self.provider.after_ray_start(self.node), env, bound)
+
+    @property
+    def _setup_bound(self) -> Bound:
+        return setup_bound(self.config, self.options.command_timeout_s)
+
+    def _failed(self, exc: NodeUpdateError) -> None:
+        """Say why in the node's log (its last line, read back by `up`), then tag it."""
+        append_to_log(self.log_path, f"{FAILED_LINE}{exc.stage}: {self._why}\n")
+        self.provider.set_tags(self.node.id, {TAG_STATUS: NodeStatus.FAILED})
+        self._emit(f"failed while {exc.stage}", detail=str(exc), failed=True)
 
     def _learn_address(self) -> None:
         """A node whose address was not known when it was listed (a pod gets its IP once it
@@ -200,7 +231,17 @@ class NodeUpdater:
         )
 
     def _fail(self, detail: str) -> NodeUpdateError:
+        self._why = detail
         return NodeUpdateError(self.node.id, self._current, detail, str(self.log_path))
+
+    def _silent(self, command: str, seconds: float) -> None:
+        """`command` has printed nothing for `seconds`: say so in its log and to the user."""
+        text = (
+            f"node {self.node.id} ({self._current}): `{command}` has printed nothing for "
+            f"{seconds:g} s and is still running (log: {self.log_path})"
+        )
+        append_to_log(self.log_path, f"launcher: {text}\n")
+        self.events(Message(text, "warning"))
 
     def _wait_ready(self) -> None:
         problem = wait_until_ready(self.runner, self.options.ready_timeout_s)
@@ -216,7 +257,7 @@ class NodeUpdater:
         the container is a new one."""
         if on_host:
             self._stage(NodeStatus.SETTING_UP, "running initialization commands on the host")
-            self._run_all(on_host, env, runner.host)
+            self._run_all(on_host, env, self._setup_bound, runner.host)
         self._stage(NodeStatus.SETTING_UP, f"starting container {runner.spec.name}")
         try:
             started = runner.ensure()
@@ -241,15 +282,24 @@ class NodeUpdater:
         self,
         commands: Sequence[str],
         env: Mapping[str, str],
+        bound: Bound,
         runner: CommandRunner | None = None,
     ) -> None:
+        deadline = bound.deadline(time.monotonic())
         for command in commands:
-            result = (runner or self.runner).run(
-                command, env, timeout=self.options.command_timeout_s
-            )
+            timeout = bound.timeout_for_next(time.monotonic(), deadline)
+            result = self._run_one(command, env, timeout, runner or self.runner)
             if not result.ok:
-                last = result.output_tail.splitlines()[-1:] or [""]
-                raise self._fail(f"`{command}` exited with {result.exit_code}: {last[0]}")
+                address = joins_address(command, env) if not self.is_head else None
+                raise self._fail(command_problem(command, result, bound, address))
+
+    def _run_one(
+        self, command: str, env: Mapping[str, str], timeout: float | None, runner: CommandRunner
+    ) -> CommandResult:
+        """`command`, stopped after `timeout` s, watched for long silences."""
+        silent = functools.partial(self._silent, command)
+        with SilenceWatch(self.config.silence_warning_s, silent) as watch:
+            return runner.run(command, env, timeout=timeout, echo=watch.heard)
 
     def sync_files(self) -> None:
         """Only copy the file mounts (and cluster_synced_files) again; no commands run."""

@@ -39,7 +39,7 @@ RULES = {
     "head IAM role": AWS_IAM,
     "head instance profile": AWS_IAM,
     "security group": EC2_CASE_BLIND,
-    "key pair": EC2_CASE_BLIND,
+    "key pair": AWS_EC2,
 }
 
 
@@ -81,10 +81,11 @@ def test_names_of_colliding_clusters_are_distinct_valid_and_those_plan_prints() 
         assert planned["IAM role + instance profile"] == derived["head IAM role"]
         assert planned["security group"] == derived["security group"]
         assert planned["key pair"] == derived["key pair"]
-    for kind in RULES:
+    for kind, rule in RULES.items():
         for one, two in itertools.combinations(COLLIDING, 2):
             # IAM and EC2 group names are compared without case: so are they here.
-            assert names[one][kind].lower() != names[two][kind].lower(), (kind, one, two)
+            fold = str.lower if rule.ignores_case else str
+            assert fold(names[one][kind]) != fold(names[two][kind]), (kind, one, two)
     # A name AWS takes as it is stays as it is.
     assert names["ml-prod"]["head IAM role"] == "launcher-head-ml-prod"
     assert names["ml-prod"]["security group"] == "launcher-ml-prod"

@@ -20,7 +20,8 @@ from launcher.providers.aws.launch import (
     run_request,
     subnet_ids,
 )
-from launcher.providers.aws.network import missing_rules, wanted_rules
+from launcher.providers.aws.names import profile_name
+from launcher.providers.aws.network import missing_rules, stale_ssh_rules, wanted_rules
 from launcher.providers.base import NodeKind, NodeState
 
 A = Placement("subnet-a", "us-west-2a")
@@ -298,3 +299,45 @@ def test_up_without_credentials_says_how_to_give_them(tmp_path: Path) -> None:
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert "Unable to locate credentials" in lines[0] and "aws configure" in lines[0]
     assert not (tmp_path / "home" / "keys").exists()  # nothing made on the way
+
+
+def test_only_the_launcher_s_own_ssh_rules_for_sources_no_longer_wanted_are_stale() -> None:
+    ours = {"Description": "launcher: SSH from the launcher's address"}
+    present = [
+        {
+            "IpProtocol": "tcp",
+            "FromPort": 22,
+            "ToPort": 22,
+            "IpRanges": [
+                {"CidrIp": "198.51.100.7/32", **ours},  # the caller's old address
+                {"CidrIp": "203.0.113.0/24", **ours},  # still wanted
+                {"CidrIp": "192.0.2.9/32"},  # someone else's
+            ],
+            "Ipv6Ranges": [{"CidrIpv6": "2001:DB8::/32", **ours}],  # wanted, other spelling
+        },
+        {
+            "IpProtocol": "tcp",
+            "FromPort": 80,
+            "ToPort": 80,
+            "IpRanges": [{"CidrIp": "0.0.0.0/0", **ours}],
+        },
+    ]
+    stale = stale_ssh_rules(present, ["203.0.113.0/24", "2001:db8::/32"])
+    assert stale == [
+        {
+            "IpProtocol": "tcp",
+            "FromPort": 22,
+            "ToPort": 22,
+            "IpRanges": [{"CidrIp": "198.51.100.7/32"}],
+        }
+    ]
+    six = wanted_rules("sg-1", ["2001:db8::/32"], [])[1]
+    assert six["Ipv6Ranges"][0]["CidrIpv6"] == "2001:db8::/32" and "IpRanges" not in six
+
+
+def test_an_instance_profile_is_named_by_name_or_by_the_last_part_of_its_arn() -> None:
+    assert profile_name({"Name": "workers"}) == "workers"
+    arn = "arn:aws:iam::123456789012:instance-profile/team/ml/workers"
+    assert profile_name({"Arn": arn}) == "workers"
+    assert profile_name({"Arn": "arn:aws:iam::123456789012:role/workers"}) is None
+    assert profile_name({}) is None

@@ -2,9 +2,9 @@
 
 Each is unique per exact cluster name and valid for AWS's rules (launcher/naming.py): IAM
 compares role and instance profile names without case and allows 64 characters, and EC2
-compares security group names without case. Key pair names are treated alike, because the
-private key's file is named after the key pair and some file systems ignore case too. The
-provider and `plan` (spec.py) both call these, so `plan` prints the names `up` uses.
+compares security group names without case. Key pair names take every cluster name as it is
+(255 characters of a wide set), so they are what earlier versions made. The provider and
+`plan` (spec.py) both call these, so `plan` prints the names `up` uses.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def default_group_name(cluster_name: str) -> str:
 
 
 def default_key_name(cluster_name: str, region: str) -> str:
-    return derive("launcher-", cluster_name, EC2_CASE_BLIND, f"-{region}")
+    return derive("launcher-", cluster_name, AWS_EC2, f"-{region}")
 
 
 def profile_name(profile: Mapping[str, Any]) -> str | None:

@@ -9,6 +9,7 @@ test runs a real `ray start --address` against a port where nothing listens.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -19,10 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from launcher.cluster.head import connect
+from launcher.cluster.lifecycle import wait_for_min_workers, worker_failure
 from launcher.config.loader import parse_config
 from launcher.config.model import ClusterConfig
-from launcher.errors import NodeUpdateError
-from launcher.events import Event, Message, NodeProgress
+from launcher.errors import LauncherError, NodeUpdateError
+from launcher.events import Event, Message, NodeProgress, ignore
 from launcher.paths import node_log
 from launcher.providers.base import Node, NodeKind, NodeStatus
 from launcher.providers.localhost.provider import LocalhostProvider
@@ -84,13 +87,14 @@ def test_local_timeout_is_not_held_up_by_a_process_that_keeps_the_output_open(
 # -- the updater, on localhost nodes ------------------------------------------------------
 
 
-def _config(tmp_path: Path, launcher: str, **commands: str) -> ClusterConfig:
+def _config(tmp_path: Path, launcher: str, min_workers: int = 0, **commands: str) -> ClusterConfig:
     lines = [
         "cluster_name: bounded",
         "provider: {type: localhost}",
         "available_node_types:",
         "  head: {node_config: {}, resources: {CPU: 1}, max_workers: 0}",
-        "  worker: {node_config: {}, resources: {CPU: 1}, min_workers: 0, max_workers: 1}",
+        f"  worker: {{node_config: {{}}, resources: {{CPU: 1}}, min_workers: {min_workers}, "
+        "max_workers: 1}",
         "head_node_type: head",
         f"metadata: {{launcher: {{{launcher}}}}}",
         *(f"{key}: [{value!r}]" for key, value in commands.items()),
@@ -237,3 +241,32 @@ def test_ray_start_to_a_head_without_ray_fails_within_the_bound_naming_the_addre
     finally:
         _kill(pid)
     assert cluster.worker_status() is NodeStatus.FAILED
+
+
+def test_up_ends_at_a_failed_worker_naming_it_its_stage_and_log(
+    tmp_path: Path, cluster_of: type[Cluster]
+) -> None:
+    """`up` waited for min_workers until its own limit (600 s) and then said only that the
+    workers were not ready."""
+    config = _config(
+        tmp_path,
+        "ray_start_timeout_s: 30",
+        min_workers=1,
+        worker_start_ray_commands="echo cannot reach the GCS; exit 1",
+    )
+    cluster = cluster_of(config)
+    with pytest.raises(NodeUpdateError):
+        cluster.update_worker()  # as the autoscaler on the head does
+    session = connect(config, cluster.provider, cluster.head, any_status=True)
+    started = time.monotonic()
+    with pytest.raises(LauncherError) as caught:
+        wait_for_min_workers(
+            cluster.provider, config, ignore, 60, None, functools.partial(worker_failure, session)
+        )
+    assert time.monotonic() - started < 30
+    message = str(caught.value)
+    log = node_log(config.cluster_name, cluster.worker.id)
+    assert message.startswith(f"worker {cluster.worker.id} (worker) failed while starting Ray: ")
+    assert "`echo cannot reach the GCS; exit 1` exited with 1: cannot reach the GCS" in message
+    assert f"full log: {log}" in message and "launcher monitor" in message
+    assert "\n" not in message

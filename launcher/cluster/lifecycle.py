@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shlex
 import shutil
 import subprocess
@@ -28,7 +29,7 @@ from launcher.config.loader import Overrides, parse_config, read_config_file
 from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError, UsageError
 from launcher.events import EventSink, Message, NodeProgress
-from launcher.paths import cluster_dir
+from launcher.paths import cluster_dir, launcher_home, node_log
 from launcher.providers.base import (
     TAG_STATUS,
     Node,
@@ -40,7 +41,7 @@ from launcher.providers.base import (
 from launcher.providers.factory import make_provider
 from launcher.providers.registry import provider_spec
 from launcher.records.keeping import note_gone, note_listing
-from launcher.updater.updater import NodeUpdater, UpdateOptions
+from launcher.updater.updater import FAILED_LINE, NodeUpdater, UpdateOptions
 
 Confirm = Callable[[str], bool]
 
@@ -140,7 +141,14 @@ def up(
     if options.wait_for_workers:
         # When this up changed nothing, the workers are as listed at its start.
         known = listed if steps.nothing and daemon == "running" else None
-        workers = wait_for_min_workers(provider, config, events, options.workers_timeout_s, known)
+        workers = wait_for_min_workers(
+            provider,
+            config,
+            events,
+            options.workers_timeout_s,
+            known,
+            functools.partial(worker_failure, session),
+        )
     note_listing(config, [session.head, *workers], listed_all=False)
     return UpResult(config, session.head, session.env["RAY_ADDRESS"], created, daemon, workers)
 
@@ -196,15 +204,64 @@ def _head(
     return created[0], True, listed
 
 
+def worker_failure(session: HeadSession, node: Node) -> str:
+    """Why worker `node` failed its setup, from its log on the head (where the autoscaler
+    set it up), as one line: the node, its stage and why, and where its log is."""
+    local, on_head = _worker_log(session, node.id)
+    if local is not None:
+        text = _tail(local)
+    else:
+        command = f"grep -a -F {shlex.quote(FAILED_LINE)} {on_head} 2>/dev/null | tail -n 1"
+        result = session.daemon_runner.run(command, session.env)
+        text = result.output_tail if result.ok else ""
+    why = last_failure(text)
+    what = f"failed while {why}" if why else "failed its setup"
+    where = f"full log: {on_head}" if local is not None else f"log on the head: {on_head}"
+    return (
+        f"worker {node.id} ({node.node_type}) {what} ({where}); the autoscaler replaces "
+        f"failed workers: follow it with `launcher monitor {session.config.source}`"
+    )
+
+
+def last_failure(log_text: str) -> str | None:
+    """The stage and reason of the last failed update a node's log records, if any."""
+    lines = [line for line in log_text.splitlines() if line.startswith(FAILED_LINE)]
+    return lines[-1][len(FAILED_LINE) :] if lines else None
+
+
+def _worker_log(session: HeadSession, node_id: str) -> tuple[Path | None, str]:
+    """A worker's log as the autoscaler writes it: a file on this machine where the
+    autoscaler runs here (and its path), else its path on the head, for a shell there."""
+    path = node_log(session.config.cluster_name, node_id)
+    if not session.provider.installs_launcher_on_head:
+        return path, str(path)
+    return None, "~/.launcher/" + shlex.quote(str(path.relative_to(launcher_home())))
+
+
+_TAIL_BYTES = 65536
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as log:
+            log.seek(max(0, path.stat().st_size - _TAIL_BYTES))
+            return log.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def wait_for_min_workers(
     provider: NodeProvider,
     config: ClusterConfig,
     events: EventSink,
     timeout_s: float,
     listed: Sequence[Node] | None = None,
+    why_failed: Callable[[Node], str] | None = None,
 ) -> tuple[Node, ...]:
     """Follow the autoscaler bringing up min_workers, reporting each worker's progress.
-    `listed`: the nodes as the caller just listed them, looked at before reading again."""
+    `listed`: the nodes as the caller just listed them, looked at before reading again.
+    A worker whose setup failed ends the wait (a LauncherError, `why_failed`'s line): the
+    autoscaler replaces it, but a setup that failed once mostly fails again."""
     wanted = {name: t.min_workers for name, t in config.node_types.items() if t.min_workers}
     if not wanted:
         return ()
@@ -231,12 +288,23 @@ def wait_for_min_workers(
         ready = [n for n in workers if n.status is NodeStatus.UP_TO_DATE]
         if all(sum(n.node_type == t for n in ready) >= c for t, c in wanted.items()):
             return tuple(ready)
+        failed = first_failed(workers)
+        if failed is not None:
+            raise LauncherError(
+                why_failed(failed) if why_failed else f"worker {failed.id} failed its setup"
+            )
         if time.monotonic() > deadline:
             raise LauncherError(
                 f"workers not ready after {timeout_s:g} s ({len(ready)} of "
                 f"{sum(wanted.values())}); see `launcher monitor {config.source}`"
             )
         time.sleep(0.25)
+
+
+def first_failed(workers: Sequence[Node]) -> Node | None:
+    """The oldest worker whose setup failed, if any."""
+    failed = [n for n in workers if n.status is NodeStatus.FAILED]
+    return min(failed, key=lambda n: n.created_at) if failed else None
 
 
 @dataclass(frozen=True)
@@ -377,7 +445,10 @@ def _stop_autoscaler(
     session: HeadSession = connect(config, provider, head, any_status=True)
     if head.status is not NodeStatus.UP_TO_DATE and session.daemon_runner.check_ready():
         return DaemonStop.UNREACHABLE  # one try: a head still booting is common here
-    stopped = stop_daemon(session)
+    try:
+        stopped = stop_daemon(session)
+    except OSError:  # it accepts connections but does not answer (no SSH banner)
+        return DaemonStop.UNREACHABLE
     fetch_head_record(session)  # what the autoscaler recorded, now that it is stopped
     return stopped
 

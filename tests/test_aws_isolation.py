@@ -150,9 +150,11 @@ def test_ssh_open_to_the_world_is_a_warning_in_validate_and_plan(
     for verb in ("validate", "plan"):
         code, output = _cli(verb, path)
         assert code == 0, output
-        warned = [line for line in output.splitlines() if "every address" in line]
+        warned = [line for line in output.splitlines() if "warning:" in line]
         assert len(warned) == 1 and "provider.allow_ssh_from[0]" in warned[0], output
-        assert "warning" in warned[0]
+        assert "opens SSH to every address" in warned[0]
+    code, output = _cli("plan", path)
+    assert f"SSH from every address on the internet ({world})" in output, output
 
 
 # -- the head's policy ---------------------------------------------------------------------

@@ -216,7 +216,7 @@ class AwsSpec(ProviderSpec):
                     "security group",
                     group,
                     "create if missing",
-                    f"SSH from {_ssh_sources(provider)} only; all traffic between the "
+                    f"{_ssh_sources(provider)}; all traffic between the "
                     "cluster's nodes" + (f"; {extra} extra inbound rule(s)" if extra else ""),
                 )
             )
@@ -307,11 +307,11 @@ def ssh_source_problems(sources: object) -> list[Problem]:
         if not isinstance(source, str):
             continue
         try:
-            network = ipaddress.ip_network(source.strip())
+            ipaddress.ip_network(source.strip())
         except ValueError as exc:
             problems.append(Problem(path, _cidr_error(source, exc), _cidr_fix(source)))
             continue
-        if network.prefixlen == 0:
+        if _is_world(source):
             problems.append(
                 Problem(
                     path,
@@ -322,6 +322,13 @@ def ssh_source_problems(sources: object) -> list[Problem]:
                 )
             )
     return problems
+
+
+def _is_world(source: str) -> bool:
+    try:
+        return ipaddress.ip_network(source.strip(), strict=False).prefixlen == 0
+    except ValueError:
+        return False
 
 
 def _cidr_error(source: str, exc: ValueError) -> str:
@@ -339,8 +346,11 @@ def _cidr_fix(source: str) -> str:
 
 
 def _ssh_sources(provider: AwsProviderConfig) -> str:
-    if provider.allow_ssh_from:
-        return ", ".join(provider.allow_ssh_from)
+    sources = provider.allow_ssh_from
+    if any(_is_world(s) for s in sources):
+        return f"SSH from every address on the internet ({', '.join(sources)})"
+    if sources:
+        return f"SSH from {', '.join(sources)} only"
     if provider.use_internal_ips:
-        return "the VPC's address range"
-    return "your own public address"
+        return "SSH from the VPC's address range only"
+    return "SSH from your own public address only"

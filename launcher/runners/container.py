@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shlex
@@ -204,6 +205,16 @@ def run_command(spec: ContainerSpec, facts: HostFacts) -> str:
     return " ".join([shlex.join(words), *spec.run_options, shlex.join(tail)])
 
 
+# `sh -c _KILLED_AFTER SECONDS ARGV...`: ARGV, killed with all it started after SECONDS where
+# the image has `timeout` (GNU's kills its whole process group), else ARGV unbounded.
+_KILLED_AFTER = (
+    'if command -v timeout >/dev/null 2>&1; then exec timeout -s KILL "$0" "$@"; fi; exec "$@"'
+)
+# A bounded command's own limit in the container, beyond the one the runner keeps: stopping
+# `docker exec` does not stop what it started in the container; this does, a little later.
+IN_CONTAINER_GRACE_S = 2.0
+
+
 def exec_argv(
     spec: ContainerSpec,
     command: str,
@@ -211,15 +222,20 @@ def exec_argv(
     *,
     terminal: bool = False,
     stdin: bool = False,
+    limit_s: float | None = None,
 ) -> list[str]:
     """`docker exec` running `command` in a login shell in the container (as commands run
-    on hosts over SSH), with `env` as `-e NAME=value` arguments."""
+    on hosts over SSH), with `env` as `-e NAME=value` arguments; killed in the container
+    after `limit_s` seconds when given."""
     flags = ["-it"] if terminal else (["-i"] if stdin else [])
     for name, value in env.items():
         if not _ENV_NAME.match(name):
             raise ValueError(f"environment variable name {name!r} is not valid")
         flags += ["-e", f"{name}={value}"]
-    return [spec.engine, "exec", *flags, spec.name, "bash", "--login", "-c", "-i", command]
+    shell = ["bash", "--login", "-c", "-i", command]
+    if limit_s is not None:
+        shell = ["sh", "-c", _KILLED_AFTER, str(math.ceil(limit_s)), *shell]
+    return [spec.engine, "exec", *flags, spec.name, *shell]
 
 
 def pull_command(spec: ContainerSpec) -> str:
@@ -410,7 +426,8 @@ class ContainerRunner:
         echo: OutputSink | None = None,
         interactive: bool = False,
     ) -> CommandResult:
-        argv = exec_argv(self.spec, command, env or {}, terminal=interactive)
+        limit = None if timeout is None or interactive else timeout + IN_CONTAINER_GRACE_S
+        argv = exec_argv(self.spec, command, env or {}, terminal=interactive, limit_s=limit)
         return self.host.run(shlex.join(argv), timeout=timeout, echo=echo, interactive=interactive)
 
     def remote_path(self, path: str) -> str:

@@ -9,6 +9,7 @@ test runs a real `ray start --address` against a port where nothing listens.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import signal
@@ -27,10 +28,10 @@ from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError, NodeUpdateError
 from launcher.events import Event, Message, NodeProgress, ignore
 from launcher.paths import node_log
-from launcher.providers.base import Node, NodeKind, NodeStatus
+from launcher.providers.base import TAG_STATUS, Node, NodeKind, NodeStatus
 from launcher.providers.localhost.provider import LocalhostProvider
 from launcher.runners.local import LocalProcessRunner
-from launcher.updater.updater import FAILED_LINE, NodeUpdater, UpdateOptions
+from launcher.updater.updater import FAILED_LINE, UPDATING_LINE, NodeUpdater, UpdateOptions
 
 RAY = str(Path(sys.executable).parent / "ray")
 
@@ -270,3 +271,40 @@ def test_up_ends_at_a_failed_worker_naming_it_its_stage_and_log(
     assert "`echo cannot reach the GCS; exit 1` exited with 1: cannot reach the GCS" in message
     assert f"full log: {log}" in message and "launcher monitor" in message
     assert "\n" not in message
+
+
+def test_a_failed_worker_the_autoscaler_already_removed_still_ends_up(
+    tmp_path: Path, cluster_of: type[Cluster]
+) -> None:
+    """The autoscaler terminates a failed worker on its next tick: `up`, looking a moment
+    later, saw only that it was gone, and waited on."""
+    config = _config(tmp_path, "", min_workers=1, worker_start_ray_commands="echo no head; exit 1")
+    cluster = cluster_of(config)
+    with pytest.raises(NodeUpdateError):
+        cluster.update_worker()
+    as_seen = dataclasses.replace(cluster.worker, tags={TAG_STATUS: NodeStatus.STARTING_RAY})
+    cluster.provider.terminate_nodes([cluster.worker.id])  # as the autoscaler does
+    session = connect(config, cluster.provider, cluster.head, any_status=True)
+    why = functools.partial(worker_failure, session)
+    with pytest.raises(LauncherError) as caught:
+        wait_for_min_workers(cluster.provider, config, ignore, 30, [as_seen, cluster.head], why)
+    assert str(caught.value).startswith(f"worker {cluster.worker.id} (worker) failed while ")
+    assert "`echo no head; exit 1` exited with 1: no head" in str(caught.value)
+
+
+def test_a_worker_that_vanished_without_failing_is_waited_for(
+    tmp_path: Path, cluster_of: type[Cluster]
+) -> None:
+    """A worker preempted during its setup is not a failure: its log ends mid-update."""
+    config = _config(tmp_path, "", min_workers=1, worker_start_ray_commands="true")
+    cluster = cluster_of(config)
+    cluster.update_worker()
+    log = node_log(config.cluster_name, cluster.worker.id)
+    with log.open("a") as lines:
+        lines.write(f"{UPDATING_LINE}{cluster.worker.id}\n$ sleep 1000\n")  # cut short
+    as_seen = dataclasses.replace(cluster.worker, tags={TAG_STATUS: NodeStatus.SETTING_UP})
+    cluster.provider.terminate_nodes([cluster.worker.id])
+    session = connect(config, cluster.provider, cluster.head, any_status=True)
+    why = functools.partial(worker_failure, session)
+    with pytest.raises(LauncherError, match="workers not ready after 1 s"):
+        wait_for_min_workers(cluster.provider, config, ignore, 1, [as_seen, cluster.head], why)

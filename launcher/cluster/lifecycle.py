@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +41,7 @@ from launcher.providers.base import (
 from launcher.providers.factory import make_provider
 from launcher.providers.registry import provider_spec
 from launcher.records.keeping import note_gone, note_listing
-from launcher.updater.updater import FAILED_LINE, NodeUpdater, UpdateOptions
+from launcher.updater.updater import FAILED_LINE, UPDATING_LINE, NodeUpdater, UpdateOptions
 
 Confirm = Callable[[str], bool]
 
@@ -204,17 +204,25 @@ def _head(
     return created[0], True, listed
 
 
-def worker_failure(session: HeadSession, node: Node) -> str:
+# (a worker, whether it is tagged failed) -> one line naming its failure, or None when its
+# log does not end with one (a worker that vanished was preempted or removed, not failed).
+FailureReader = Callable[[Node, bool], str | None]
+
+
+def worker_failure(session: HeadSession, node: Node, tagged_failed: bool) -> str | None:
     """Why worker `node` failed its setup, from its log on the head (where the autoscaler
     set it up), as one line: the node, its stage and why, and where its log is."""
     local, on_head = _worker_log(session, node.id)
     if local is not None:
         text = _tail(local)
     else:
-        command = f"grep -a -F {shlex.quote(FAILED_LINE)} {on_head} 2>/dev/null | tail -n 1"
+        marks = " ".join(f"-e {shlex.quote(mark)}" for mark in (FAILED_LINE, UPDATING_LINE))
+        command = f"grep -a -F {marks} {on_head} 2>/dev/null | tail -n 1"
         result = session.daemon_runner.run(command, session.env)
         text = result.output_tail if result.ok else ""
     why = last_failure(text)
+    if why is None and not tagged_failed:
+        return None
     what = f"failed while {why}" if why else "failed its setup"
     where = f"full log: {on_head}" if local is not None else f"log on the head: {on_head}"
     return (
@@ -224,9 +232,14 @@ def worker_failure(session: HeadSession, node: Node) -> str:
 
 
 def last_failure(log_text: str) -> str | None:
-    """The stage and reason of the last failed update a node's log records, if any."""
-    lines = [line for line in log_text.splitlines() if line.startswith(FAILED_LINE)]
-    return lines[-1][len(FAILED_LINE) :] if lines else None
+    """The stage and reason of a node's last update, from its log, when that update failed
+    (its last update line is a failure line), else None."""
+    for line in reversed(log_text.splitlines()):
+        if line.startswith(FAILED_LINE):
+            return line[len(FAILED_LINE) :]
+        if line.startswith(UPDATING_LINE):
+            return None
+    return None
 
 
 def _worker_log(session: HeadSession, node_id: str) -> tuple[Path | None, str]:
@@ -256,43 +269,33 @@ def wait_for_min_workers(
     events: EventSink,
     timeout_s: float,
     listed: Sequence[Node] | None = None,
-    why_failed: Callable[[Node], str] | None = None,
+    why_failed: FailureReader | None = None,
 ) -> tuple[Node, ...]:
     """Follow the autoscaler bringing up min_workers, reporting each worker's progress.
     `listed`: the nodes as the caller just listed them, looked at before reading again.
-    A worker whose setup failed ends the wait (a LauncherError, `why_failed`'s line): the
-    autoscaler replaces it, but a setup that failed once mostly fails again."""
+    A worker whose setup failed ends the wait (a LauncherError, `why_failed`'s line), also
+    one the autoscaler removed before this saw it failed: the autoscaler replaces it, but a
+    setup that failed once mostly fails again."""
     wanted = {name: t.min_workers for name, t in config.node_types.items() if t.min_workers}
     if not wanted:
         return ()
     deadline = time.monotonic() + timeout_s
     seen: dict[str, str] = {}
+    in_setup: dict[str, Node] = {}
     first = [n for n in listed if n.kind is NodeKind.WORKER] if listed is not None else None
     while True:
         workers = first if first is not None else provider.workers()
         first = None
-        for node in workers:
-            if seen.get(node.id) != node.status.value:
-                seen[node.id] = node.status.value
-                events(
-                    NodeProgress(
-                        node.id,
-                        "worker",
-                        node.node_type,
-                        node.ip,
-                        node.status.value.replace("-", " "),
-                        failed=node.status is NodeStatus.FAILED,
-                        done=node.status is NodeStatus.UP_TO_DATE,
-                    )
-                )
+        _report_changes(workers, seen, events)
         ready = [n for n in workers if n.status is NodeStatus.UP_TO_DATE]
         if all(sum(n.node_type == t for n in ready) >= c for t, c in wanted.items()):
             return tuple(ready)
-        failed = first_failed(workers)
-        if failed is not None:
-            raise LauncherError(
-                why_failed(failed) if why_failed else f"worker {failed.id} failed its setup"
-            )
+        for node in failure_suspects(in_setup, workers):
+            tagged = node.status is NodeStatus.FAILED
+            line = why_failed(node, tagged) if why_failed else None
+            if line is not None or tagged:
+                raise LauncherError(line or f"worker {node.id} failed its setup")
+        in_setup = {n.id: n for n in workers if n.status is not NodeStatus.UP_TO_DATE}
         if time.monotonic() > deadline:
             raise LauncherError(
                 f"workers not ready after {timeout_s:g} s ({len(ready)} of "
@@ -301,10 +304,34 @@ def wait_for_min_workers(
         time.sleep(0.25)
 
 
-def first_failed(workers: Sequence[Node]) -> Node | None:
-    """The oldest worker whose setup failed, if any."""
-    failed = [n for n in workers if n.status is NodeStatus.FAILED]
-    return min(failed, key=lambda n: n.created_at) if failed else None
+def _report_changes(workers: Sequence[Node], seen: dict[str, str], events: EventSink) -> None:
+    """A progress event for each worker whose status changed since `seen` (updated)."""
+    for node in workers:
+        if seen.get(node.id) == node.status.value:
+            continue
+        seen[node.id] = node.status.value
+        events(
+            NodeProgress(
+                node.id,
+                "worker",
+                node.node_type,
+                node.ip,
+                node.status.value.replace("-", " "),
+                failed=node.status is NodeStatus.FAILED,
+                done=node.status is NodeStatus.UP_TO_DATE,
+            )
+        )
+
+
+def failure_suspects(in_setup_before: Mapping[str, Node], workers: Sequence[Node]) -> list[Node]:
+    """Workers that may have failed their setup: those tagged failed (oldest first), then
+    those seen being set up before that are gone now (the autoscaler removes a failed
+    worker at once; one may also have been preempted: its log tells)."""
+    failed = sorted(
+        (n for n in workers if n.status is NodeStatus.FAILED), key=lambda n: n.created_at
+    )
+    listed = {n.id for n in workers}
+    return failed + [n for i, n in in_setup_before.items() if i not in listed]
 
 
 @dataclass(frozen=True)

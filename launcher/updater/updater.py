@@ -47,7 +47,9 @@ from launcher.updater.hashing import NodeHashes, node_hashes
 from launcher.updater.runner import node_runner
 from launcher.updater.silence import SilenceWatch
 
-# The line a failed update ends the node's log with (what `up` reads back to say why).
+# The lines an update begins, and a failed one ends, the node's log with (what `up` reads
+# back to say why a worker failed).
+UPDATING_LINE = "launcher: updating "
 FAILED_LINE = "launcher: failed while "
 
 
@@ -139,6 +141,7 @@ class NodeUpdater:
         if steps.nothing:
             self._emit("up to date (nothing to do)", done=True)
             return steps
+        append_to_log(self.log_path, f"{UPDATING_LINE}{self.node.id}\n")
         try:
             self._stage(NodeStatus.WAITING, "waiting for the node")
             self._wait_ready()

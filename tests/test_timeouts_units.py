@@ -4,10 +4,17 @@ remote command gives before its output."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 
+from launcher.cluster.head import HeadSession
+from launcher.cluster.lifecycle import worker_failure
 from launcher.config.loader import parse_config
+from launcher.providers.base import Node, NodeKind, NodeState
 from launcher.runners.base import CommandResult
+from launcher.runners.local import LocalProcessRunner
 from launcher.runners.shell import PID_MARK, PidReport
 from launcher.updater.bounds import (
     MIN_TIMEOUT_S,
@@ -18,6 +25,7 @@ from launcher.updater.bounds import (
     setup_bound,
 )
 from launcher.updater.silence import next_check_s, silence_due
+from launcher.updater.updater import FAILED_LINE, UPDATING_LINE
 
 BASE = (
     "cluster_name: c\nprovider: {type: localhost}\n"
@@ -102,3 +110,37 @@ def test_output_without_a_report_is_all_passed_on() -> None:
     out = report.feed(b"one\ntwo\npart")
     assert out == b"one\ntwo\n" and out + report.finish() == b"one\ntwo\npart"
     assert (report.reported, report.pid) == (False, None)
+
+
+def test_a_workers_failure_is_read_from_its_log_on_a_remote_head(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the autoscaler runs on the head (a machine of its own), the worker's log is
+    there, under the head's ~/.launcher: read through the head's runner (here a local one
+    whose home stands for the head's)."""
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "here"))
+    head_home = tmp_path / "head-home"
+    log = head_home / ".launcher" / "clusters" / "c" / "logs" / "10.0.0.5.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(
+        f"{UPDATING_LINE}10.0.0.5\n$ ray start\n"
+        f"{FAILED_LINE}starting Ray: Ray did not join the head at 10.0.0.4:6379\n"
+        "$ ray stop --force\n"  # what removing the node ran after
+    )
+    runner = LocalProcessRunner(head_home, {}, tmp_path / "head.log")
+    config = parse_config(BASE, "c.yaml")
+    provider = SimpleNamespace(installs_launcher_on_head=True)
+    head = Node("10.0.0.4", NodeKind.HEAD, "head", "10.0.0.4", NodeState.RUNNING)
+    session = HeadSession(config, provider, head, runner, {}, runner)  # type: ignore[arg-type]
+    worker = Node("10.0.0.5", NodeKind.WORKER, "gpu", "10.0.0.5", NodeState.RUNNING)
+    assert worker_failure(session, worker, False) == (
+        "worker 10.0.0.5 (gpu) failed while starting Ray: Ray did not join the head at "
+        "10.0.0.4:6379 (log on the head: ~/.launcher/clusters/c/logs/10.0.0.5.log); the "
+        "autoscaler replaces failed workers: follow it with `launcher monitor c.yaml`"
+    )
+    with log.open("a") as more:
+        more.write(f"{UPDATING_LINE}10.0.0.5\n$ pip install x\n")  # set up again, cut short
+    assert worker_failure(session, worker, False) is None
+    assert "10.0.0.5 (gpu) failed its setup (log on the head:" in (
+        worker_failure(session, worker, True) or ""
+    )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from launcher import __version__
 from tests.conftest import REPO
@@ -36,6 +39,44 @@ def test_bad_config_exit_2_without_traceback(tmp_path: Path) -> None:
     verbose = _run(str(LAUNCHER), "-v", "validate", str(bad))
     assert verbose.returncode == 2
     assert "Traceback" in verbose.stderr
+
+
+HOSTILE_BASE = "cluster_name: x\nprovider: {type: localhost}\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("upscaling_speed: .nan\n", "upscaling_speed: is not a number (.nan)"),
+        (
+            "available_node_types: {h: {resources: {CPU: 1.0e+308}}}\nhead_node_type: h\n",
+            "more than the maximum",
+        ),
+        ("metadata: {deep: " + "[" * 10_000 + "]" * 10_000 + "}\n", "levels deep"),
+        ("max_workers: " + "9" * 5_000 + "\n", "a number of 5000 digits"),
+        ('file_mounts: {"~/../../etc/x": /tmp}\n', "outside the home directory"),
+        (None, "is a named pipe (FIFO), not a regular file"),
+        ("/dev/zero", "is a device, not a regular file"),
+        ("-n", "--cluster-name '../../x' is not a valid cluster name"),
+    ],
+    ids=["nan", "huge", "deep", "digits", "dotdot", "fifo", "device", "name-flag"],
+)
+def test_hostile_inputs_one_line_exit_2(tmp_path: Path, content: str | None, expected: str) -> None:
+    path = tmp_path / "cluster.yaml"
+    args = ["validate", str(path)]
+    if content is None:
+        os.mkfifo(path)
+    elif content == "/dev/zero":
+        args = ["validate", content]
+    elif content == "-n":
+        path.write_text(HOSTILE_BASE)
+        args = ["status", str(path), "-n", "../../x"]
+    else:
+        path.write_text(HOSTILE_BASE + content)
+    result = _run(str(LAUNCHER), *args)  # a FIFO waited on, or /dev/zero read, times out
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and expected in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
 
 
 def test_unknown_command_and_option_exit_2() -> None:

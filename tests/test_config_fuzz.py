@@ -17,6 +17,7 @@ from launcher.cli.main import cli
 from launcher.config.legacy import LEGACY_KEYS
 from launcher.config.problems import format_path
 from launcher.config.schema import load_schema
+from launcher.config.yamlsource import MAX_NESTING, MAX_NUMBER_CHARS
 from tests.conftest import RAY_EXAMPLES
 
 OWN = {
@@ -58,12 +59,15 @@ NOT_LIST = ["echo hi", 5, {"a": "b"}, True]
 NOT_MAPPING = ["text", 5, ["a"], True]
 NOT_BOOL = ["yes please", 5, [], {}]
 NOT_NUMBER = [-1, -0.5, "fast", [], {}]
+NOT_FINITE = [float("nan"), float("inf"), float("-inf")]
+ABSURD = [1.0e308, 10**30]  # for counts and speeds, 10**7 is too
 
 TOP_LEVEL = {
     ("cluster_name",): [*NOT_STRING, "bad name!", "", "-lead", "a" * 70],
-    ("max_workers",): NOT_INT,
-    ("upscaling_speed",): NOT_NUMBER,
-    ("idle_timeout_minutes",): NOT_NUMBER,
+    ("max_workers",): [*NOT_INT, *NOT_FINITE, *ABSURD, 10**7],
+    ("upscaling_speed",): [*NOT_NUMBER, *NOT_FINITE, *ABSURD, 10**7],
+    ("idle_timeout_minutes",): [*NOT_NUMBER, *NOT_FINITE, *ABSURD, 10**7],
+    ("metadata", "mine"): NOT_FINITE,
     ("provider",): NOT_MAPPING,
     ("provider", "type"): [5, [], {}, "azure", "nope"],
     ("auth",): NOT_MAPPING,
@@ -71,6 +75,8 @@ TOP_LEVEL = {
     ("docker",): NOT_MAPPING,
     ("file_mounts",): [[], "x", 5],
     ("file_mounts", "/remote"): NOT_STRING,
+    ("file_mounts", "~/../../etc/x"): ["/tmp"],
+    ("file_mounts", "/home/u/../../etc"): ["/tmp"],
     ("cluster_synced_files",): [5, {}, "x"],
     ("file_mounts_sync_continuously",): NOT_BOOL,
     ("rsync_exclude",): NOT_LIST,
@@ -89,9 +95,9 @@ PER_TYPE = {
     (): ["x", 5, []],
     ("node_config",): NOT_MAPPING,
     ("resources",): [[], "x", 5],
-    ("resources", "CPU"): [-1, "x", 1.5, [], None],
-    ("min_workers",): [-1, "x", 1.5, [], None],
-    ("max_workers",): [-1, "x", 1.5, [], None],
+    ("resources", "CPU"): [-1, "x", 1.5, [], None, *NOT_FINITE, *ABSURD],
+    ("min_workers",): [-1, "x", 1.5, [], None, *NOT_FINITE, *ABSURD, 10**7],
+    ("max_workers",): [-1, "x", 1.5, [], None, *NOT_FINITE, *ABSURD, 10**7],
     ("labels",): [[], 5, "x"],
     ("labels", "team"): [5, [], {}],
     ("worker_setup_commands",): NOT_LIST,
@@ -238,3 +244,30 @@ def test_arbitrary_text_never_crashes(text: str) -> None:
     assert exception is None, repr(text)
     assert code in (0, 2)
     assert "Traceback" not in output
+
+
+@st.composite
+def hostile_yaml(draw: st.DrawFn) -> tuple[str, str]:
+    """A valid config with one thing no cluster config holds, and what the error must say."""
+    text = yaml.safe_dump(copy.deepcopy(draw(st.sampled_from(BASES))))
+    kind = draw(st.sampled_from(["deep", "digits", "aliases"]))
+    if kind == "deep":
+        depth = draw(st.integers(min_value=MAX_NESTING, max_value=5_000))
+        return text + "deep: " + "[" * depth + "]" * depth + "\n", "levels deep"
+    if kind == "digits":
+        digits = draw(st.integers(min_value=MAX_NUMBER_CHARS + 1, max_value=6_000))
+        return text + "big: " + "7" * digits + "\n", f"a number of {digits} digits"
+    chain = draw(st.integers(min_value=MAX_NESTING, max_value=300))
+    lines = ["a0: &a0 [x]"] + [f"a{i}: &a{i} [*a{i - 1}]" for i in range(1, chain)]
+    return text + "\n".join(lines) + "\n", "levels deep"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hostile_yaml())
+def test_hostile_yaml_is_one_line_naming_the_problem(case: tuple[str, str]) -> None:
+    text, expected = case
+    code, output, exception = _run(text)
+    assert exception is None
+    assert code == 2, output
+    assert output.count("\n") == 1 and expected in output, output
+    assert "internal error" not in output and "Traceback" not in output

@@ -22,6 +22,7 @@ from launcher.config.model import ClusterConfig
 from launcher.paths import cluster_dir
 from launcher.providers.base import NodeKind, NodeProvider
 from launcher.providers.factory import make_provider
+from launcher.providers.registry import provider_spec
 from tests.aws_fake import LoopbackVpc, MotoServer, loopback_vpc
 from tests.gce_fake import PROJECT, GceServer
 from tests.kube_fake import resources as kube_resources
@@ -35,6 +36,13 @@ class Types:
 
     head: str
     worker: str
+
+
+def derived_names(config: ClusterConfig) -> dict[str, str]:
+    """The names `up` gives what it creates for `config`'s cluster (its provider's spec)."""
+    spec = provider_spec(config.provider.type)
+    assert spec is not None
+    return spec.derived_names(config)
 
 
 class Harness(Protocol):
@@ -181,14 +189,15 @@ class AwsHarness:
             ]
         )["Reservations"]
         found = [i["InstanceId"] for r in live for i in r["Instances"]]
+        names = derived_names(self.config(cluster))
         groups = ec2.describe_security_groups(
-            Filters=[{"Name": "group-name", "Values": [f"launcher-{cluster}"]}]
+            Filters=[{"Name": "group-name", "Values": [names["security group"]]}]
         )["SecurityGroups"]
         found += [g["GroupId"] for g in groups]
         keys = ec2.describe_key_pairs()["KeyPairs"]
-        found += [k["KeyName"] for k in keys if k["KeyName"].startswith(f"launcher-{cluster}-")]
+        found += [k["KeyName"] for k in keys if k["KeyName"] == names["key pair"]]
         roles = self.server.client("iam").list_roles()["Roles"]
-        found += [r["RoleName"] for r in roles if r["RoleName"] == f"launcher-head-{cluster}"]
+        found += [r["RoleName"] for r in roles if r["RoleName"] == names["head IAM role"]]
         return found
 
 
@@ -235,13 +244,15 @@ class GcpHarness:
             for i in self.server.instances()
             if i.labels.get("launcher-cluster") == cluster
         ]
+        names = derived_names(self.config(cluster))
+        rules = {names["SSH firewall rule"], names["internal firewall rule"]}
         firewalls = self.server.client("compute").firewalls()
         listed = firewalls.list(project=PROJECT).execute().get("items") or []
-        stem = f"launcher-{cluster}-"
-        found += [f"firewall {f['name']}" for f in listed if f["name"].startswith(stem)]
+        found += [f"firewall {f['name']}" for f in listed if f["name"] in rules]
         accounts = self.server.client("iam").projects().serviceAccounts()
         listed = accounts.list(name=f"projects/{PROJECT}").execute().get("accounts") or []
-        return found + [f"account {a['email']}" for a in listed if a["email"].startswith(stem)]
+        account = names["head service account"] + "@"
+        return found + [f"account {a['email']}" for a in listed if a["email"].startswith(account)]
 
 
 class KubernetesHarness:

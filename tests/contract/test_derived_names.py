@@ -59,6 +59,9 @@ def test_names_derived_from_colliding_cluster_names_stay_apart(
         for kind, name in derived.items():
             assert name and name == name.strip() and len(name) <= 255, (kind, name)
             by_kind.setdefault(kind, {})[cluster] = name
+    # Every provider creates something named after the cluster (a role, an account, an
+    # object, a directory): a spec that derives no name has not been asked.
+    assert by_kind, f"{provider_type}: derived_names is empty"
     for kind, given in by_kind.items():
         assert set(given) == set(names), f"{kind} is derived for some names only: {given}"
         clashes = {n for n in given.values() if list(given.values()).count(n) > 1}

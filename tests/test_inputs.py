@@ -231,3 +231,25 @@ def test_a_name_ending_in_a_newline_is_refused(write_config: Write, cli_runner: 
     _refused(cli_runner("validate", str(write_config(text))), ":1: error: cluster_name: ")
     flag = cli_runner("status", str(write_config(BASE)), "-n", "x\n")
     _refused(flag, "--cluster-name 'x\\n' is not a valid cluster name")
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["cost-report", "--days", "nan"], "--days"),
+        (["cost-report", "--days", "inf"], "--days"),
+        (["kill-random-node", "{path}", "--hard", "--notice", "nan", "-y"], "--notice"),
+        (["simulate", "{path}", "--trace", "t.jsonl", "--launch-delay-s", "inf"], "--launch-delay"),
+        (["simulate", "{path}", "--trace", "t.jsonl", "--preempt-rate", "nan"], "--preempt-rate"),
+        (["up", "{path}", "--max-workers", "99999999", "-y"], "--max-workers"),
+        (["up", "{path}", "--min-workers", "99999999", "-y"], "--min-workers"),
+    ],
+)
+def test_number_flags_refuse_nan_inf_and_absurd_counts(
+    write_config: Write, cli_runner: Run, args: list[str], flag: str
+) -> None:
+    path = str(write_config(BASE))
+    result = cli_runner(*[a.replace("{path}", path) for a in args])
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert f"Invalid value for '{flag}" in result.stderr, result.stderr
+    assert path not in result.stderr  # the file is not at fault

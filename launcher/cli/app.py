@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import traceback
 from dataclasses import dataclass
@@ -46,6 +47,17 @@ class LauncherGroup(click.Group):
                 "(run with -v for the traceback, and please report it)",
                 1,
             )
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange that also refuses nan and inf (`nan < 0` is false, so a range
+    alone lets nan through)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 def _fail(ctx: click.Context, message: str, code: int) -> None:

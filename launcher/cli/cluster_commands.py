@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from launcher.cli.app import Settings, cli
+from launcher.cli.app import FiniteFloatRange, Settings, cli
 from launcher.cli.progress import ProgressView
 from launcher.cluster import lifecycle, ops
 from launcher.cluster.autostop_setting import (
@@ -21,7 +21,7 @@ from launcher.cluster.autostop_setting import (
 )
 from launcher.config.loader import Overrides, load_config
 from launcher.config.model import Autostop, ClusterConfig
-from launcher.config.schema import property_fix
+from launcher.config.schema import load_schema, property_fix
 from launcher.errors import UsageError
 
 F = Callable[..., Any]
@@ -60,6 +60,10 @@ def cache_option(f: F) -> F:
         is_flag=True,
         help="Accepted for compatibility with `ray`; the launcher keeps no config cache.",
     )(f)
+
+
+# `up --min-workers/--max-workers`: the config's own limit on counts.
+_MAX_COUNT = int(load_schema("cluster")["properties"]["max_workers"]["maximum"])
 
 
 class PortPair(click.ParamType):  # type: ignore[type-arg]
@@ -168,13 +172,13 @@ def _down(
 @config_argument
 @click.option(
     "--min-workers",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=_MAX_COUNT),
     default=None,
     help="Override min_workers of every worker node type.",
 )
 @click.option(
     "--max-workers",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=_MAX_COUNT),
     default=None,
     help="Override the cluster-wide max_workers.",
 )
@@ -523,14 +527,14 @@ def monitor(
 )
 @click.option(
     "--launch-delay-s",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=60.0,
     show_default=True,
     help="Seconds from launching a node to it joining the cluster.",
 )
 @click.option(
     "--preempt-rate",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=0.0,
     show_default=True,
     help="Preemptions per spot node per hour.",

@@ -9,7 +9,7 @@ import time
 
 import click
 
-from launcher.cli.app import Settings, cli
+from launcher.cli.app import FiniteFloatRange, Settings, cli
 from launcher.cli.cluster_commands import (
     cli_config,
     config_argument,
@@ -35,7 +35,7 @@ from launcher.providers.base import Node
 @click.option(
     "--notice",
     "notice_s",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=0.0,
     metavar="SECONDS",
     help="With --hard on a `simulated_spot` worker: give notice this long before taking it, "

@@ -7,7 +7,7 @@ import time
 import click
 from rich.table import Table
 
-from launcher.cli.app import Settings, cli
+from launcher.cli.app import FiniteFloatRange, Settings, cli
 from launcher.records.ledger import ClusterState
 from launcher.records.refresh import refresh
 from launcher.records.report import cost_rows, duration, list_row
@@ -84,7 +84,7 @@ def list_clusters(settings: Settings, as_json: bool, ask: bool, show_all: bool) 
 @cli.command(name="cost-report")
 @click.option(
     "--days",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=30.0,
     show_default=True,
     help="Report the last N days.",

@@ -113,8 +113,10 @@ def test_no_paramiko_traceback_reaches_stderr(silent: SilentServer, tmp_path: Pa
     stalls = SilentServer(b"SSH-2.0-OpenSSH_9.2\r\n")
     try:
         result = subprocess.run(
-            [sys.executable, "-c", SCRIPT.format(host=HOST), str(tmp_path)]
-            + [str(silent.port), str(stalls.port)],
+            [
+                *(sys.executable, "-c", SCRIPT.format(host=HOST), str(tmp_path)),
+                *(str(silent.port), str(stalls.port)),
+            ],
             capture_output=True,
             text=True,
             timeout=60,

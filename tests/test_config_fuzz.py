@@ -4,6 +4,7 @@ invalid always exits 2 with a message naming where the problem is."""
 from __future__ import annotations
 
 import copy
+import math
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,16 @@ def _set(data: dict[str, Any], path: tuple[Any, ...], value: Any) -> None:
         target[path[-1]] = value
 
 
+def _not_capped(data: dict[str, Any], path: tuple[Any, ...], value: Any) -> Any:
+    """`value`, or -1 where on-prem would cap it: a count above its machines is used as their
+    number, with a warning (as in Ray), however absurd the count."""
+    provider = data.get("provider")
+    big = isinstance(value, int | float) and not isinstance(value, bool) and value > 10_000
+    on_prem = isinstance(provider, dict) and provider.get("type") == "local"
+    counts = bool(path) and path[-1] in ("max_workers", "min_workers")
+    return -1 if big and on_prem and counts and math.isfinite(value) else value
+
+
 @st.composite
 def invalid_configs(draw: st.DrawFn) -> tuple[str, str]:
     """A config with one mistake, and the path text the error must name."""
@@ -134,7 +145,7 @@ def invalid_configs(draw: st.DrawFn) -> tuple[str, str]:
             data["setup_commands"] = ["echo"]
         if path[0] == "provider" and len(path) == 2 and not isinstance(data.get("provider"), dict):
             data["provider"] = {}
-        _set(data, path, draw(st.sampled_from(options)))
+        _set(data, path, _not_capped(data, path, draw(st.sampled_from(options))))
         expected = format_path(path)
         if path == ("provider", "type"):
             expected = "provider"
@@ -146,7 +157,8 @@ def invalid_configs(draw: st.DrawFn) -> tuple[str, str]:
         sub, options = draw(st.sampled_from(sorted(PER_TYPE.items(), key=str)))
         if sub and not isinstance(types[name], dict):
             types[name] = {"node_config": {}}
-        _set(data, ("available_node_types", name, *sub), draw(st.sampled_from(options)))
+        value = _not_capped(data, sub, draw(st.sampled_from(options)))
+        _set(data, ("available_node_types", name, *sub), value)
         return yaml.safe_dump(data), format_path(("available_node_types", name))
     if kind == "range":
         name = draw(st.sampled_from(sorted(types)))

@@ -24,7 +24,7 @@ from launcher.records.ledger import (
     usage,
 )
 from launcher.records.report import cost_rows, list_row
-from launcher.records.store import read_record, record_path
+from launcher.records.store import read_record, record_path, update_record
 from tests.conftest import CliResult
 
 T0 = 1_700_000_000.0
@@ -201,3 +201,17 @@ def test_a_record_this_version_cannot_read_is_kept_aside_not_overwritten(
     (aside,) = path.parent.glob("rec.json.unreadable-*")
     assert "future_field" in aside.read_text()
     assert read_record("rec") is not None
+
+
+def test_a_record_holding_the_config_is_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record keeps the whole config (credentials it names included): 0600 in 0700, and a
+    directory an earlier version left open is closed."""
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path))
+    (tmp_path / "records").mkdir(mode=0o755)
+    update_record("c", lambda _: _record())
+    path = record_path("c")
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert path.with_suffix(".lock").stat().st_mode & 0o077 == 0

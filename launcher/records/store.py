@@ -5,6 +5,8 @@ The same files serve the autoscaler on a head node: there `$LAUNCHER_HOME` is th
 own (`~/.launcher`), and `launcher` here reads the head's copy (`head_record`) and merges it
 into its own; on the localhost provider the head shares this machine's `$LAUNCHER_HOME`, so
 both write the one file. Writers hold a lock on the file while they read, change and write.
+A record holds the cluster's whole config (and so any credentials it names): the files are
+0600 in a 0700 directory.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -64,8 +67,10 @@ def _read(path: Path) -> ClusterRecord | None:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "a") as lock:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.parent.chmod(0o700)  # one an earlier version made open
+    fd = os.open(path.with_suffix(".lock"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -87,5 +92,6 @@ def update_record(
             path.replace(path.with_name(f"{path.name}.unreadable-{int(time.time())}"))
         changed = change(current)
         if changed is not None:
-            write_whole(path, json.dumps(to_json(changed)))  # one line: read back by `cat`
+            # One line: read back by `cat`.
+            write_whole(path, json.dumps(to_json(changed)), mode=0o600)
     return changed

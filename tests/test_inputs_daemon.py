@@ -19,6 +19,7 @@ from launcher.cluster.ops import AutoscalerState
 from launcher.config.loader import parse_config
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import ProviderError
+from launcher.events import Message
 from launcher.providers.base import Node, NodeKind, NodeProvider
 from launcher.runners.base import CommandRunner
 
@@ -126,3 +127,16 @@ def test_status_shows_the_failed_rounds(monkeypatch: pytest.MonkeyPatch, tmp_pat
     quiet = Console(record=True, width=200)
     render_autoscaler(quiet, healthy)
     assert "failed" not in quiet.export_text()
+
+
+def test_an_updaters_warning_reaches_the_autoscaler_log(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A setup command silent for minutes on a worker the autoscaler sets up is said in its
+    log (`launcher monitor`), not only in the node's own log."""
+    daemon, _ = _daemon(monkeypatch, tmp_path, [])
+    daemon._on_event(Message("w-1: `pip install x` has printed nothing for 300 s", "warning"))
+    daemon._on_event(Message("an info line the monitor does not need"))
+    log = capsys.readouterr().out
+    assert "warning: w-1: `pip install x` has printed nothing for 300 s" in log
+    assert "info line" not in log

@@ -42,7 +42,7 @@ from launcher.autoscaler.spec import (
 )
 from launcher.config.model import Autostop, ClusterConfig
 from launcher.errors import LauncherError
-from launcher.events import Event, NodeProgress
+from launcher.events import Event, Message, NodeProgress
 from launcher.files import write_whole
 from launcher.paths import node_log
 from launcher.pricing import load_prices
@@ -569,6 +569,8 @@ class Daemon:
     def _on_event(self, event: Event) -> None:
         if isinstance(event, NodeProgress) and (event.done or event.failed):
             log(f"{event.node_id}: {event.stage}")
+        elif isinstance(event, Message) and event.level == "warning":
+            log(f"warning: {event.text}")  # e.g. a setup command silent for minutes
 
 
 def main(argv: list[str] | None = None) -> int:

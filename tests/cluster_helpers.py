@@ -101,14 +101,11 @@ def temp_dir_of(name: str) -> str:
     return LocalhostProvider(config).temp_dir()
 
 
-def key_of(name: str) -> str | None:
-    """The process key of localhost cluster `name` in this test's home (None: none yet)."""
-    from launcher.paths import cluster_dir
+def key_of(name: str) -> str:
+    """The process key of localhost cluster `name` in this test's home."""
+    from launcher.providers.localhost.spec import process_key
 
-    try:
-        return (cluster_dir(name) / "localhost" / "key").read_text().strip() or None
-    except OSError:
-        return None
+    return process_key(name)
 
 
 def leftover_processes(name: str) -> list[str]:

@@ -51,7 +51,7 @@ def test_the_autoscaler_outlives_a_hung_then_a_dead_gcs(cluster: Path) -> None:
     ray = {
         Path(p.command.split(" ")[0]).name: p.pid
         for p in snapshot()
-        if p.tagged(key_of(NAME) or "", head["id"]) and p.command
+        if p.tagged(key_of(NAME), head["id"]) and p.command
     }
 
     def outages() -> int:

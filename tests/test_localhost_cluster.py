@@ -115,9 +115,7 @@ def test_killed_worker_is_replaced(cluster: tuple[str, Path]) -> None:
     assert run("up", "-y", str(path)).returncode == 0
     worker = next(n for n in status(path)["nodes"] if n["kind"] == "worker")
     raylet = next(
-        p
-        for p in snapshot()
-        if p.tagged(key_of(name) or "", worker["id"]) and "raylet" in p.command
+        p for p in snapshot() if p.tagged(key_of(name), worker["id"]) and "raylet" in p.command
     )
     os.kill(raylet.pid, signal.SIGKILL)
 

@@ -111,3 +111,24 @@ def test_a_home_deleted_by_hand_frees_its_addresses(
     assert node.ip in {c.ip for c in claims()}
     subprocess.run(["rm", "-rf", str(tmp_path / "gone")], check=True)
     assert node.ip not in {c.ip for c in claims()}
+
+
+def test_a_cluster_whose_state_was_lost_still_finds_its_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key is derived, not stored: `down` after the state directory is lost still stops a
+    process of the cluster that uses nothing under Ray's temp dir (the autoscaler daemon)."""
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "home"))
+    provider = _provider("lost")
+    (node,) = provider.create_nodes(provider.config.node_types["worker"], NodeKind.WORKER, 1, {})
+    env = dict(os.environ, **provider.node_env(node, None))
+    own = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"], env=env, cwd=tmp_path
+    )
+    try:
+        subprocess.run(["rm", "-rf", str(tmp_path / "home")], check=True)
+        found = _provider("lost").cleanup(purge=True)
+        assert any("leftover process" in line for line in found), found
+        assert own.wait(timeout=30) is not None
+    finally:
+        own.kill()

@@ -3,9 +3,9 @@
 Three marks tie a process to a cluster, because Ray rewrites the process title of its
 Python processes (setproctitle), which also wipes what /proc shows of their environment:
 - LAUNCHER_CLUSTER_KEY / LAUNCHER_NODE_ID in the environment, which Ray's native daemons
-  (raylet, gcs_server) and plain Python processes keep. The key is random per cluster and
-  home (the cluster's name is not: another home or user may have a cluster of that name, or
-  anyone may set LAUNCHER_CLUSTER), and a cluster without a key has no tagged process;
+  (raylet, gcs_server) and plain Python processes keep. The key is the cluster's own in its
+  home (its name is not: another home or user may have a cluster of that name, and anyone
+  may set LAUNCHER_CLUSTER);
 - the session: every process started by one of a node's commands shares its session id,
   even Ray's workers, which take a process group of their own;
 - for the cluster as a whole, a command line or open file under the cluster's Ray temp dir.
@@ -115,17 +115,17 @@ def node_processes(key: str, node_id: str) -> list[ProcessInfo]:
     return [p for p in processes if p.tagged(key, node_id) or p.session in sessions]
 
 
-def cluster_processes(key: str | None, temp_dir: str) -> list[ProcessInfo]:
+def cluster_processes(key: str, temp_dir: str) -> list[ProcessInfo]:
     """Every process of a cluster, found by its key, sessions or use of its Ray temp dir
     (which is the cluster's own: named after its home and user)."""
     protected, own_session = _protected()
     processes = [p for p in snapshot() if p.pid not in protected]
-    sessions = {p.session for p in processes if key and p.tagged(key)} - {own_session}
+    sessions = {p.session for p in processes if p.tagged(key)} - {own_session}
     prefix = temp_dir.rstrip("/") + "/"
     return [
         p
         for p in processes
-        if (key and p.tagged(key))
+        if p.tagged(key)
         or p.session in sessions
         or prefix in p.command + " "
         or temp_dir in p.command

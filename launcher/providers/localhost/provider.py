@@ -7,9 +7,9 @@ it, and the autoscaler on this machine's host, as without containers. `up` refus
 when the engine is not installed here.
 
 State is a directory per cluster (`$LAUNCHER_HOME/clusters/NAME/localhost/nodes/ID/`) holding
-`node.json` (kind, type, IP, ports, tags); processes carry LAUNCHER_CLUSTER_KEY (a random
-key kept in the cluster's directory, so only this cluster of this home has it) and
-LAUNCHER_NODE_ID in their environment, so nothing is lost if the node files are. Addresses and
+`node.json` (kind, type, IP, ports, tags); processes carry LAUNCHER_CLUSTER_KEY (a hash of
+the user and this directory, so only this cluster of this home has it; see `spec.process_key`)
+and LAUNCHER_NODE_ID in their environment, so nothing is lost if the node files are. Addresses and
 ports are claimed machine-wide (see `machine.py`), whatever the home or user.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import shutil
 import socket
 import subprocess
@@ -49,7 +48,7 @@ from launcher.providers.localhost.processes import (
     snapshot,
     stop_processes,
 )
-from launcher.providers.localhost.spec import ray_temp_dir, state_dir
+from launcher.providers.localhost.spec import process_key, ray_temp_dir, state_dir
 from launcher.runners.base import CommandRunner
 from launcher.runners.container import ContainerSpec, container_for
 from launcher.runners.forward import PortOpener
@@ -72,27 +71,12 @@ class LocalhostProvider(NodeProvider):
     # -- NodeProvider -------------------------------------------------------------------
     def bootstrap(self, wait_s: float = 300.0) -> list[str]:
         self.nodes_dir.mkdir(parents=True, exist_ok=True)
-        self._make_key()
         return []
 
-    def _make_key(self) -> str:
-        """The cluster's process key, made once: what ties a process to this cluster of
+    def cluster_key(self) -> str:
+        """The key this cluster's processes carry: what ties a process to this cluster of
         this home, where the cluster's name alone is shared by every home and user."""
-        path = self.root / "key"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return self.cluster_key() or ""
-        with os.fdopen(fd, "w") as handle:
-            handle.write(secrets.token_hex(16))
-        return self.cluster_key() or ""
-
-    def cluster_key(self) -> str | None:
-        """The key this cluster's processes carry; None when it never had any."""
-        try:
-            return (self.root / "key").read_text().strip() or None
-        except OSError:
-            return None
+        return process_key(self.cluster_name)
 
     def nodes(self) -> list[Node]:
         if not self.nodes_dir.is_dir():
@@ -101,7 +85,7 @@ class LocalhostProvider(NodeProvider):
         raylets = {
             p.tags.get("LAUNCHER_NODE_ID")
             for p in snapshot()
-            if key and p.tagged(key) and _is_raylet(p.command)
+            if p.tagged(key) and _is_raylet(p.command)
         }
         found = []
         for record in sorted(self.nodes_dir.glob("*/node.json")):
@@ -235,7 +219,7 @@ class LocalhostProvider(NodeProvider):
             LAUNCHER_AGENT_PORT=str(data.get("ports", {}).get("agent", "")),
             LAUNCHER_TEMP_DIR=self.temp_dir(),
             LAUNCHER_HOME=str(launcher_home()),
-            LAUNCHER_CLUSTER_KEY=self.cluster_key() or self._make_key(),
+            LAUNCHER_CLUSTER_KEY=self.cluster_key(),
             RAY_USAGE_STATS_ENABLED="0",
         )
         if self._container(data) is None:
@@ -253,8 +237,7 @@ class LocalhostProvider(NodeProvider):
         return machine_lock("localhost-ray-start.lock")
 
     def _processes(self, node_id: str) -> list[int]:
-        key = self.cluster_key()
-        return [] if key is None else [p.pid for p in node_processes(key, node_id)]
+        return [p.pid for p in node_processes(self.cluster_key(), node_id)]
 
     def _stop(self, node_id: str) -> None:
         stop_processes(self._processes(node_id))

@@ -30,6 +30,13 @@ def state_dir(cluster_name: str) -> str:
     return str(cluster_dir(cluster_name) / "localhost")
 
 
+def process_key(cluster_name: str) -> str:
+    """What every process of a cluster carries (LAUNCHER_CLUSTER_KEY): a hash of the user and
+    the cluster's state directory, so the cluster's own in this home, where its name alone
+    is shared by every home and user; and known again after the state directory is lost."""
+    return hashlib.sha256(f"{os.getuid()}:{state_dir(cluster_name)}".encode()).hexdigest()[:32]
+
+
 def ray_temp_dir(cluster_name: str) -> str:
     """Ray's temp dir for a cluster: short, since Ray puts Unix sockets under it, and the
     cluster's own (named after its state directory, so after its home, and the user)."""
@@ -102,7 +109,7 @@ class LocalhostSpec(ProviderSpec):
                 "state directory",
                 names["state directory"],
                 "create if missing",
-                "node ids, tags, IPs, ports, the cluster's process key and per-node logs",
+                "node ids, tags, IPs, ports and per-node logs",
             ),
             PlannedResource("Ray temp directory", names["Ray temp directory"], "create if missing"),
             PlannedResource(

@@ -18,6 +18,9 @@ import re
 from dataclasses import dataclass
 
 HASH_CHARS = 8
+# A cluster name that ends as a changed name does (`ml-prod-00696b36`) is given a hash of its
+# own too, so no plain name is ever another cluster's changed one.
+_LOOKS_HASHED = re.compile(rf"[-_][0-9a-f]{{{HASH_CHARS}}}$")
 
 
 def name_hash(exact: str, chars: int = HASH_CHARS) -> str:
@@ -72,15 +75,17 @@ def derive(prefix: str, cluster: str, rule: NameRule, suffix: str = "") -> str:
     The plain form is kept when the rule accepts it as is (and, for a case-blind rule, the
     cluster name has no capitals); otherwise the cluster part is changed to what the rule
     allows, shortened to make room, and followed by a separator and a hash of the exact
-    cluster name. So two different cluster names never give the same name, and the result
-    is always valid. `prefix` and `suffix` must be valid characters for the rule.
+    cluster name. A cluster name that itself ends in a separator and a hash's worth of hex
+    digits is changed the same way, so a plain name is never another cluster's changed one:
+    two different cluster names never give the same name, and the result is always valid.
+    `prefix` and `suffix` must be valid characters for the rule.
     """
     for fixed in (prefix, suffix):
         if re.search(rule.invalid, fixed) or (rule.lowercase and fixed != fixed.lower()):
             raise ValueError(f"{fixed!r} has characters the name rule does not allow")
     plain = f"{prefix}{cluster}{suffix}"
     case_safe = not rule.ignores_case or cluster == cluster.lower()
-    if rule.valid(plain) and case_safe:
+    if rule.valid(plain) and case_safe and not _LOOKS_HASHED.search(cluster):
         return plain
     separator = "_" if re.search(rule.invalid, "-") else "-"
     stem = cluster.lower() if rule.lowercase or rule.ignores_case else cluster

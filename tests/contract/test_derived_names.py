@@ -28,10 +28,12 @@ EXAMPLES = {
     "fake_multinode": RAY_EXAMPLES / "fake_multi_node" / "example.yaml",
 }
 
-# Names that collide once lowercased, stripped of punctuation or cut to a length cap.
+# Names that collide once lowercased, stripped of punctuation or cut to a length cap (and
+# one named as another's changed name: `ML-prod` becomes `ml-prod-00696b36` where a rule
+# forces a change).
 LONG = "a" * 60
 COLLIDING = (
-    ("ml.prod", "ml_prod", "ML-prod", "ml-prod", "ml--prod", "Ml.Prod"),
+    ("ml.prod", "ml_prod", "ML-prod", "ml-prod", "ml--prod", "Ml.Prod", "ml-prod-00696b36"),
     (LONG + "xyz", LONG + "xyw", LONG + "XYZ", LONG),
 )
 
@@ -69,7 +71,7 @@ def test_names_derived_from_colliding_cluster_names_stay_apart(
     # Names the cloud compares without case must differ without case too.
     for kind, given in by_kind.items():
         folded = [n.lower() for n in given.values()]
-        if "role" in kind.lower() or "iam" in kind.lower():
+        if any(word in kind.lower() for word in ("role", "iam", "group", "profile")):
             assert len(set(folded)) == len(folded), (kind, given)
 
 

@@ -27,7 +27,15 @@ POLICY_VERSION = 3  # the version that carries conditions
 _TYPE = "compute.googleapis.com/"
 # Resource types the head never needs to touch.
 _NEVER = ("Image", "Snapshot", "InstanceTemplate", "InstanceGroup", "InstanceGroupManager")
-_NEVER_TOO = ("MachineImage", "RegionInstanceGroupManager")
+_NEVER_TOO = (
+    "MachineImage",
+    "RegionInstanceGroupManager",
+    "RegionInstanceTemplate",
+    "RegionDisk",
+    "Autoscaler",
+    "NetworkEndpointGroup",
+    "ResourcePolicy",
+)
 
 
 def condition(cluster: str) -> dict[str, str]:

@@ -4,9 +4,10 @@
 Each is unique per exact cluster name and valid for GCE (launcher/naming.py): `ml.prod`,
 `ml_prod` and `ML-prod` get three service accounts, network tags and firewall rules.
 
-Instance names begin with `instance_prefix`, which always carries the hash of the exact
-cluster name, so no cluster's prefix begins another cluster's instance names (`launcher-ml-`
-would begin `launcher-ml-prod-...`): the head's IAM grant is scoped by that prefix.
+Instance names begin with `instance_prefix`, `launcher-HASH-STEM`: the hash of the exact
+cluster name comes first, so no cluster's prefix begins another cluster's instance names
+(`launcher-ml-` would begin `launcher-ml-prod-...`, and a cluster may even be named after
+another's hashed form): the head's IAM grant is scoped by that prefix.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from launcher.providers.keyfiles import key_path
 if TYPE_CHECKING:
     from launcher.providers.base import NodeKind
 
-_STEM_MAX = 30  # of the cluster name in instance names: 9 + 30 + 9 + 3 + 10 <= 63
+_STEM_MAX = 30  # of the cluster name in instance names: 9 + 9 + 30 + 3 + 10 <= 63
 
 
 def account_id(cluster: str) -> str:
@@ -46,9 +47,9 @@ def internal_rule(cluster: str) -> str:
 
 
 def instance_prefix(cluster: str) -> str:
-    """`launcher-STEM-HASH`: what every instance name of the cluster begins with (then `-`)."""
+    """`launcher-HASH-STEM`: what every instance name of the cluster begins with (then `-`)."""
     stem = re.sub(GCE_NAME.invalid, "-", cluster.lower()).strip("-")[:_STEM_MAX].rstrip("-")
-    return f"launcher-{stem}-{name_hash(cluster)}" if stem else f"launcher-{name_hash(cluster)}"
+    return f"launcher-{name_hash(cluster)}-{stem}" if stem else f"launcher-{name_hash(cluster)}"
 
 
 def instance_name(cluster: str, kind: NodeKind, seed: str) -> str:

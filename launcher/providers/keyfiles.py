@@ -12,13 +12,13 @@ import os
 from pathlib import Path
 
 from launcher.errors import ProviderError
-from launcher.paths import launcher_home
+from launcher.paths import launcher_home, named_file
 
 KEY_BITS = 3072
 
 
 def key_path(key_name: str) -> Path:
-    return launcher_home() / "keys" / f"{key_name}.pem"
+    return named_file(launcher_home() / "keys", key_name, ".pem", derived=True)
 
 
 def write_private(path: Path, material: str) -> None:

@@ -15,13 +15,12 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from launcher.files import write_whole
-from launcher.paths import launcher_home
+from launcher.paths import launcher_home, named_file
 from launcher.records.ledger import ClusterRecord, from_json, to_json
 
 HEAD_RECORDS_DIR = "~/.launcher/records"  # on a head whose $LAUNCHER_HOME is its own
@@ -32,8 +31,7 @@ def records_dir() -> Path:
 
 
 def record_path(name: str) -> Path:
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-    return records_dir() / f"{safe}.json"
+    return named_file(records_dir(), name, ".json")
 
 
 def parse_record(text: str | None) -> ClusterRecord | None:

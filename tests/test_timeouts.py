@@ -248,7 +248,8 @@ def test_up_ends_at_a_failed_worker_naming_it_its_stage_and_log(
     tmp_path: Path, cluster_of: type[Cluster]
 ) -> None:
     """`up` waited for min_workers until its own limit (600 s) and then said only that the
-    workers were not ready."""
+    workers were not ready. Now the first failure is a warning (the autoscaler replaces the
+    worker), and the replacement failing too ends the wait with its line."""
     config = _config(
         tmp_path,
         "ray_start_timeout_s: 30",
@@ -256,18 +257,34 @@ def test_up_ends_at_a_failed_worker_naming_it_its_stage_and_log(
         worker_start_ray_commands="echo cannot reach the GCS; exit 1",
     )
     cluster = cluster_of(config)
+    first = cluster.worker
     with pytest.raises(NodeUpdateError):
         cluster.update_worker()  # as the autoscaler on the head does
+    cluster.worker = cluster._create("worker", NodeKind.WORKER)  # its replacement
+    with pytest.raises(NodeUpdateError):
+        cluster.update_worker()
     session = connect(config, cluster.provider, cluster.head, any_status=True)
     started = time.monotonic()
-    with pytest.raises(LauncherError) as caught:
-        wait_for_min_workers(
-            cluster.provider, config, ignore, 60, None, functools.partial(worker_failure, session)
-        )
+    said: list[Event] = []
+    try:
+        with pytest.raises(LauncherError) as caught:
+            wait_for_min_workers(
+                cluster.provider,
+                config,
+                said.append,
+                60,
+                None,
+                functools.partial(worker_failure, session),
+            )
+    finally:
+        cluster.provider.terminate_nodes([first.id])
     assert time.monotonic() - started < 30
+    warned = [e.text for e in said if isinstance(e, Message) and e.level == "warning"]
+    assert len(warned) == 1 and warned[0].startswith(f"worker {first.id} (worker) failed while")
     message = str(caught.value)
     log = node_log(config.cluster_name, cluster.worker.id)
     assert message.startswith(f"worker {cluster.worker.id} (worker) failed while starting Ray: ")
+    assert message.endswith("(2 workers of type worker failed)")
     assert "`echo cannot reach the GCS; exit 1` exited with 1: cannot reach the GCS" in message
     assert f"full log: {log}" in message and "launcher monitor" in message
     assert "\n" not in message
@@ -277,7 +294,8 @@ def test_a_failed_worker_the_autoscaler_already_removed_still_ends_up(
     tmp_path: Path, cluster_of: type[Cluster]
 ) -> None:
     """The autoscaler terminates a failed worker on its next tick: `up`, looking a moment
-    later, saw only that it was gone, and waited on."""
+    later, saw only that it was gone, and waited on, saying only 'workers not ready'. Now it
+    says the failure, and names it when the wait ends."""
     config = _config(tmp_path, "", min_workers=1, worker_start_ray_commands="echo no head; exit 1")
     cluster = cluster_of(config)
     with pytest.raises(NodeUpdateError):
@@ -286,10 +304,14 @@ def test_a_failed_worker_the_autoscaler_already_removed_still_ends_up(
     cluster.provider.terminate_nodes([cluster.worker.id])  # as the autoscaler does
     session = connect(config, cluster.provider, cluster.head, any_status=True)
     why = functools.partial(worker_failure, session)
+    said: list[Event] = []
     with pytest.raises(LauncherError) as caught:
-        wait_for_min_workers(cluster.provider, config, ignore, 30, [as_seen, cluster.head], why)
-    assert str(caught.value).startswith(f"worker {cluster.worker.id} (worker) failed while ")
-    assert "`echo no head; exit 1` exited with 1: no head" in str(caught.value)
+        wait_for_min_workers(cluster.provider, config, said.append, 2, [as_seen, cluster.head], why)
+    (warned,) = [e.text for e in said if isinstance(e, Message) and e.level == "warning"]
+    assert warned.startswith(f"worker {cluster.worker.id} (worker) failed while ")
+    assert "`echo no head; exit 1` exited with 1: no head" in warned
+    assert str(caught.value).startswith("workers not ready after 2 s (0 of 1); the last failure: ")
+    assert warned in str(caught.value)
 
 
 def test_a_worker_that_vanished_without_failing_is_waited_for(

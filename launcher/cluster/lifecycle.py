@@ -273,15 +273,18 @@ def wait_for_min_workers(
 ) -> tuple[Node, ...]:
     """Follow the autoscaler bringing up min_workers, reporting each worker's progress.
     `listed`: the nodes as the caller just listed them, looked at before reading again.
-    A worker whose setup failed ends the wait (a LauncherError, `why_failed`'s line), also
-    one the autoscaler removed before this saw it failed: the autoscaler replaces it, but a
-    setup that failed once mostly fails again."""
+    A worker whose setup failed (also one the autoscaler removed before this saw it failed)
+    is said as a warning, `why_failed`'s line: the autoscaler replaces it, and a failure
+    that passes (a package mirror's hiccup) costs one retry. A second failure of a type in
+    one wait ends it (a LauncherError with that line): a setup that failed twice will fail
+    again. A wait that times out names the last failure, if any."""
     wanted = {name: t.min_workers for name, t in config.node_types.items() if t.min_workers}
     if not wanted:
         return ()
     deadline = time.monotonic() + timeout_s
     seen: dict[str, str] = {}
     in_setup: dict[str, Node] = {}
+    failures = _Failures(events)
     first = [n for n in listed if n.kind is NodeKind.WORKER] if listed is not None else None
     while True:
         workers = first if first is not None else provider.workers()
@@ -294,14 +297,39 @@ def wait_for_min_workers(
             tagged = node.status is NodeStatus.FAILED
             line = why_failed(node, tagged) if why_failed else None
             if line is not None or tagged:
-                raise LauncherError(line or f"worker {node.id} failed its setup")
+                failures.add(node, line or f"worker {node.id} failed its setup")
         in_setup = {n.id: n for n in workers if n.status is not NodeStatus.UP_TO_DATE}
         if time.monotonic() > deadline:
             raise LauncherError(
                 f"workers not ready after {timeout_s:g} s ({len(ready)} of "
-                f"{sum(wanted.values())}); see `launcher monitor {config.source}`"
+                f"{sum(wanted.values())})"
+                + (f"; the last failure: {failures.last}" if failures.last else "")
+                + f"; see `launcher monitor {config.source}`"
             )
         time.sleep(0.25)
+
+
+SETUP_FAILURES_PER_TYPE = 2  # in one wait for min_workers: the first is retried
+
+
+class _Failures:
+    """The worker failures one wait has seen, by node type; raises at the second of a type."""
+
+    def __init__(self, events: EventSink) -> None:
+        self.events = events
+        self.seen: set[tuple[str, str]] = set()
+        self.by_type: dict[str, int] = {}
+        self.last: str | None = None
+
+    def add(self, node: Node, line: str) -> None:
+        if (node.id, line) in self.seen:
+            return
+        self.seen.add((node.id, line))
+        self.last = line
+        count = self.by_type[node.node_type] = self.by_type.get(node.node_type, 0) + 1
+        if count >= SETUP_FAILURES_PER_TYPE:
+            raise LauncherError(f"{line} ({count} workers of type {node.node_type} failed)")
+        self.events(Message(line, "warning"))
 
 
 def _report_changes(workers: Sequence[Node], seen: dict[str, str], events: EventSink) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config import load_config, yamlsource
+from launcher.config import load_config, loader, yamlsource
 from launcher.config.loader import MAX_CONFIG_BYTES, read_config_file
 from launcher.config.yamlsource import MAX_NESTING, parse_yaml
 from launcher.errors import UsageError
@@ -108,7 +108,10 @@ def test_a_five_thousand_digit_integer_is_named(write_config: Write, cli_runner:
 
 
 # -- the file itself -----------------------------------------------------------------------
-def test_a_fifo_is_refused_without_waiting(tmp_path: Path, cli_runner: Run) -> None:
+def test_a_silent_fifo_is_refused_without_waiting_for_ever(
+    tmp_path: Path, cli_runner: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loader, "PIPE_WAIT_S", 0.5)
     fifo = tmp_path / "cluster.yaml"
     os.mkfifo(fifo)
     outcome: list[CliResult] = []
@@ -122,12 +125,28 @@ def test_a_fifo_is_refused_without_waiting(tmp_path: Path, cli_runner: Run) -> N
             writer.write("")
         worker.join(20)
         pytest.fail("validate waited for a writer on a FIFO")
-    _refused(outcome[0], str(fifo), "a named pipe (FIFO), not a regular file")
+    _refused(outcome[0], str(fifo), "nothing came through it for 0.5 s")
 
 
-def test_a_device_is_refused(cli_runner: Run) -> None:
+def test_a_config_written_to_a_pipe_is_read(tmp_path: Path, cli_runner: Run) -> None:
+    """As `launcher up <(envsubst < cluster.yaml)` or `... | launcher up /dev/stdin` give it."""
+    fifo = tmp_path / "cluster.yaml"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with fifo.open("w") as writer:
+            writer.write(BASE)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    result = cli_runner("validate", str(fifo))
+    writer.join(20)
+    assert result.exit_code == 0, result.stdout + result.stderr
+
+
+def test_an_endless_device_is_refused(cli_runner: Run) -> None:
     started = time.monotonic()
-    _refused(cli_runner("validate", "/dev/zero"), "/dev/zero", "a device, not a regular file")
+    _refused(cli_runner("validate", "/dev/zero"), "/dev/zero", "more than the 4 MiB")
     assert time.monotonic() - started < 10
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import os
+import select
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,18 +44,21 @@ class Overrides:
 # keeps a wrong path (a log, an image) from filling memory before YAML says it is not YAML.
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
-_NOT_REGULAR = (
-    (stat.S_ISFIFO, "a named pipe (FIFO)"),
-    (stat.S_ISCHR, "a device"),
-    (stat.S_ISBLK, "a device"),
+# A pipe (`launcher up <(envsubst < c.yaml)`, `... | launcher up /dev/stdin`) is read as it
+# comes; one that stays silent this long is refused rather than waited on for ever.
+PIPE_WAIT_S = 10.0
+
+_NOT_READABLE = (
+    (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
     (stat.S_ISDIR, "a directory"),
 )
 
 
 def read_config_file(path: str | Path) -> str:
-    """The text of the config file at `path`: a regular file of at most MAX_CONFIG_BYTES.
-    Opened without blocking, so a FIFO is refused rather than waited on."""
+    """The text of the config file at `path`: a regular file, or a pipe or character device
+    read as it comes, of at most MAX_CONFIG_BYTES. Opened without blocking, and a pipe that
+    has nothing to say for PIPE_WAIT_S is refused rather than waited on."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -65,7 +69,10 @@ def read_config_file(path: str | Path) -> str:
         info = os.fstat(file.fileno())
         _check_kind(path, info)
         try:
-            data = file.read(MAX_CONFIG_BYTES + 1)
+            if stat.S_ISFIFO(info.st_mode) or stat.S_ISCHR(info.st_mode):
+                data = _read_stream(path, file.fileno())
+            else:
+                data = file.read(MAX_CONFIG_BYTES + 1)
         except OSError as exc:
             raise UsageError(f"{path}: cannot read it ({exc.strerror})") from exc
     if len(data) > MAX_CONFIG_BYTES:
@@ -76,8 +83,30 @@ def read_config_file(path: str | Path) -> str:
         raise UsageError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from exc
 
 
+def _read_stream(path: str | Path, fd: int) -> bytes:
+    """What a pipe or character device gives until its end (or past MAX_CONFIG_BYTES)."""
+    chunks: list[bytes] = []
+    total = 0
+    while total <= MAX_CONFIG_BYTES:
+        ready, _, _ = select.select([fd], [], [], PIPE_WAIT_S)
+        if not ready:
+            raise UsageError(
+                f"{path}: nothing came through it for {PIPE_WAIT_S:g} s; give the path to a "
+                "cluster YAML file, or write the config to the pipe"
+            )
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
 def _check_kind(path: str | Path, info: os.stat_result) -> None:
-    for test, what in _NOT_REGULAR:
+    for test, what in _NOT_READABLE:
         if test(info.st_mode):
             raise UsageError(
                 f"{path}: is {what}, not a regular file; give the path to a cluster YAML file"

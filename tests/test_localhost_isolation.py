@@ -15,7 +15,7 @@ import pytest
 from launcher.config.loader import parse_config
 from launcher.providers.base import Node, NodeKind, NodeState
 from launcher.providers.localhost import provider as localhost
-from launcher.providers.localhost.machine import claims
+from launcher.providers.localhost.machine import claims, machine_lock
 from launcher.providers.localhost.processes import is_alive
 from launcher.providers.localhost.provider import LocalhostProvider
 from tests.conftest import run_cli
@@ -132,3 +132,48 @@ def test_a_cluster_whose_state_was_lost_still_finds_its_processes(
         assert own.wait(timeout=30) is not None
     finally:
         own.kill()
+
+
+def test_claims_and_lock_are_readable_by_every_user_whatever_the_umask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under umask 077 a claim was 0600: another user skipped it and took the address."""
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LAUNCHER_MACHINE_DIR", str(tmp_path / "machine"))
+    old = os.umask(0o077)
+    try:
+        provider = _provider("private-umask")
+        (node,) = provider.create_nodes(
+            provider.config.node_types["worker"], NodeKind.WORKER, 1, {}
+        )
+    finally:
+        os.umask(old)
+    machine = tmp_path / "machine"
+    assert machine.stat().st_mode & 0o7777 == 0o1777
+    assert (machine / "claims").stat().st_mode & 0o7777 == 0o1777
+    (claim,) = (machine / "claims").glob("*.json")
+    assert claim.stat().st_mode & 0o777 == 0o644
+    assert (machine / "localhost-ips.lock").stat().st_mode & 0o777 == 0o644
+    assert node.ip in {c.ip for c in claims()}
+
+
+def test_a_lock_held_too_long_is_named_not_waited_on_for_ever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAUNCHER_MACHINE_DIR", str(tmp_path / "machine"))
+    with machine_lock("localhost-ips.lock"):
+        holder = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from launcher.providers.localhost.machine import machine_lock\n"
+                "with machine_lock('localhost-ips.lock', wait_s=0.3): pass",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=dict(os.environ, LAUNCHER_MACHINE_DIR=str(tmp_path / "machine")),
+        )
+    assert holder.returncode != 0
+    assert "localhost-ips.lock stayed locked for 0.3 s" in holder.stderr

@@ -239,6 +239,17 @@ def test_file_mount_targets_may_not_climb_with_dotdot(
     assert "without `..`" in error
 
 
+@pytest.mark.parametrize("target", ["~/a/../b", "/opt/x/../y", "/home/u/a/../b"])
+def test_dotdot_that_stays_inside_is_a_warning(
+    write_config: Write, cli_runner: Run, tmp_path: Path, target: str
+) -> None:
+    """Ray takes these; they stay where they say unless a symlink on the node moves them."""
+    text = BASE + f'file_mounts: {{"{target}": {tmp_path}}}\n'
+    result = cli_runner("validate", str(write_config(text)))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert ":7: warning: " in result.stdout + result.stderr
+
+
 def test_plain_file_mount_targets_stay_valid(write_config: Write, tmp_path: Path) -> None:
     text = BASE + f'file_mounts: {{"/etc/x": {tmp_path}, "~/code": {tmp_path}}}\n'
     assert set(load_config(write_config(text)).file_mounts) == {"/etc/x", "~/code"}

@@ -204,7 +204,31 @@ def _dotdot_target(remote: str) -> Problem:
         meant = "~" if inside == "." else f"~/{inside}"
     else:
         meant = posixpath.normpath(remote)
-    return Problem(path, f"remote path has `..` (it means {meant})", fix.format(f"as {meant},"))
+        home = _named_home(remote)
+        if home and meant != home and not meant.startswith(home + "/"):
+            return Problem(
+                path,
+                f"remote path climbs with `..` out of the home directory it names ({home})",
+                fix.format(f"as {meant}, if that is meant,"),
+            )
+    # Ray takes it, and it stays where it says unless a symlink on the node moves it: a
+    # warning, not a refusal.
+    return Problem(
+        path,
+        f"remote path has `..` (it means {meant} unless a symlink on the node leads elsewhere)",
+        fix.format(f"as {meant},"),
+        severity=Severity.WARNING,
+    )
+
+
+def _named_home(remote: str) -> str | None:
+    """The home directory an absolute path starts in (`/home/u`, `/root`), if any."""
+    parts = remote.split("/")
+    if len(parts) > 2 and parts[1] == "home" and parts[2] not in ("", ".", ".."):
+        return f"/home/{parts[2]}"
+    if len(parts) > 1 and parts[1] == "root":
+        return "/root"
+    return None
 
 
 def _check_files(merged: Mapping[str, Any], cwd: Path) -> Iterator[Problem]:

@@ -41,6 +41,7 @@ from launcher.providers.base import (
 from launcher.providers.factory import make_provider
 from launcher.providers.registry import provider_spec
 from launcher.records.keeping import note_gone, note_listing
+from launcher.runners.ssh import SSHNotAnsweringError
 from launcher.updater.updater import FAILED_LINE, UPDATING_LINE, NodeUpdater, UpdateOptions
 
 Confirm = Callable[[str], bool]
@@ -218,7 +219,7 @@ def worker_failure(session: HeadSession, node: Node, tagged_failed: bool) -> str
     else:
         marks = " ".join(f"-e {shlex.quote(mark)}" for mark in (FAILED_LINE, UPDATING_LINE))
         command = f"grep -a -F {marks} {on_head} 2>/dev/null | tail -n 1"
-        result = session.daemon_runner.run(command, session.env)
+        result = session.daemon_runner.run(command, session.env, timeout=30)
         text = result.output_tail if result.ok else ""
     why = last_failure(text)
     if why is None and not tagged_failed:
@@ -502,7 +503,7 @@ def _stop_autoscaler(
         return DaemonStop.UNREACHABLE  # one try: a head still booting is common here
     try:
         stopped = stop_daemon(session)
-    except OSError:  # it accepts connections but does not answer (no SSH banner)
+    except SSHNotAnsweringError:  # it accepts connections but does not answer (no banner)
         return DaemonStop.UNREACHABLE
     fetch_head_record(session)  # what the autoscaler recorded, now that it is stopped
     return stopped

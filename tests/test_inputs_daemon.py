@@ -140,3 +140,21 @@ def test_an_updaters_warning_reaches_the_autoscaler_log(
     log = capsys.readouterr().out
     assert "warning: w-1: `pip install x` has printed nothing for 300 s" in log
     assert "info line" not in log
+
+
+def test_a_bug_met_every_round_is_traced_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The log grew by a whole traceback every second for a bug met every round."""
+    daemon, _ = _daemon(monkeypatch, tmp_path, [])
+
+    def broken() -> None:
+        raise ZeroDivisionError("met every round")
+
+    monkeypatch.setattr(daemon, "tick", broken)
+    for _ in range(3):
+        daemon.round()
+    log = capsys.readouterr().out
+    assert log.count("Traceback (most recent call last)") == 1
+    assert log.count("a round failed again (") == 2
+    assert daemon.loop_exceptions == 3

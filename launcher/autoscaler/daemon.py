@@ -219,6 +219,7 @@ class Daemon:
         # update_loop_exceptions), and the last one: kept in the state file for `status`.
         self.loop_exceptions = 0
         self.last_loop_exception: dict[str, object] | None = None
+        self.last_trace = ""  # of the last round that failed with a bug
         self.state: dict[str, object] = _empty_state()
 
     def run(self) -> None:
@@ -249,7 +250,11 @@ class Daemon:
                 log(f"error: {exc}")
             else:
                 trace = "".join(traceback.format_exception(exc)).rstrip()
-                log(f"error: a round failed ({self.loop_exceptions} so far), going on: {trace}")
+                if trace == self.last_trace:  # a bug met every round: its trace once
+                    log(f"error: a round failed again ({self.loop_exceptions} so far): {error}")
+                else:
+                    log(f"error: a round failed ({self.loop_exceptions} so far), going on: {trace}")
+                self.last_trace = trace
             try:
                 self._save_state(self.state)
             except OSError as problem:

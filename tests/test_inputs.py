@@ -77,10 +77,25 @@ def test_non_finite_in_a_node_config_names_its_path(write_config: Write, cli_run
     ("old", "new", "path", "limit"),
     [
         ("CPU: 2}", "CPU: 1.0e+308}", "available_node_types.head.resources.CPU", "1e+15"),
-        ("max_workers: 2}", "max_workers: 1000000}", "available_node_types.w.max_workers", ""),
-        ("head_node_type: head", "head_node_type: head\nmax_workers: 99999999", "max_workers", ""),
-        ("head_node_type: head", "head_node_type: head\nupscaling_speed: 1.0e+300", "", ""),
-        ("head_node_type: head", "head_node_type: head\nidle_timeout_minutes: 1.0e+12", "", ""),
+        ("max_workers: 2}", "max_workers: 1000000}", "available_node_types.w.max_workers", "10000"),
+        (
+            "head_node_type: head",
+            "head_node_type: head\nmax_workers: 99999999",
+            ":7: error: max_workers",
+            "10000",
+        ),
+        (
+            "head_node_type: head",
+            "head_node_type: head\nupscaling_speed: 1.0e+300",
+            "upscaling_speed",
+            "1000000",
+        ),
+        (
+            "head_node_type: head",
+            "head_node_type: head\nidle_timeout_minutes: 1.0e+12",
+            "idle_timeout_minutes",
+            "1000000",
+        ),
     ],
 )
 def test_absurd_numbers_are_refused_with_the_maximum(

@@ -104,6 +104,19 @@ def test_timeout_stops_a_command(hosts: MakeHost, key: Path, tmp_path: Path) -> 
     assert runner.run("echo still fine").ok
 
 
+def test_a_command_whose_time_ran_out_before_it_started_is_not_started(
+    hosts: MakeHost, key: Path, tmp_path: Path
+) -> None:
+    """A retry after a dropped connection reused the spent deadline: the command started,
+    was seen late at once, and ran on with no process to kill."""
+    host = hosts(2)
+    runner = _runner(host, key, tmp_path)
+    result = runner.run("touch ~/started", timeout=0)
+    assert result.timed_out and "not started" in result.output_tail
+    assert not (user_home(host.user) / "started").exists()
+    assert runner.run("echo still fine").ok
+
+
 def _ends(pid: int, within_s: float = 10.0) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:

@@ -309,6 +309,11 @@ class SSHRunner:
         client = self._connect()
         transport = client.get_transport()
         assert transport is not None
+        if deadline is not None and time.monotonic() > deadline:
+            # The time ran out while connecting (or between attempts): never start it.
+            note = f"(not started: its {timeout:g} s ran out before it could start)"
+            self._log(note + "\n")
+            return CommandResult(124, note, timed_out=True)
         channel = transport.open_session(timeout=self.connect_timeout_s)
         report = PidReport() if deadline is not None else None
         with channel, self.log_path.open("a", encoding="utf-8") as log:
@@ -319,6 +324,8 @@ class SSHRunner:
             lines = LineBuffer(output)
             while True:
                 if deadline is not None and time.monotonic() > deadline:
+                    if report is not None and report.pid is None:
+                        _await_pid(channel, report, lines)  # it started; it will say its pid
                     channel.close()
                     self._stop_remote(transport, report.pid if report else None)
                     output.tail.append(f"(stopped after {timeout:g} s)")
@@ -517,3 +524,17 @@ def _why(exc: BaseException | None) -> str:
     if isinstance(exc, TimeoutError | socket.timeout):
         return "timed out"
     return text
+
+
+def _await_pid(channel: paramiko.Channel, report: PidReport, lines: LineBuffer) -> None:
+    """Read on (at most KILL_WAIT_S) until a command that timed out before it said its
+    process id says it, so it can be killed; what it prints meanwhile is output as usual."""
+    give_up = time.monotonic() + KILL_WAIT_S
+    while report.pid is None and time.monotonic() < give_up:
+        try:
+            chunk = channel.recv(65536)
+        except TimeoutError:
+            continue
+        if not chunk:
+            return
+        lines.feed(report.feed(chunk))

@@ -331,7 +331,7 @@ def test_ssh_open_to_the_world_is_a_warning_in_validate_and_plan() -> None:
     for world in ("0.0.0.0/0", "::/0"):
         config = _config("c", f"allow_ssh_from: ['{world}']")
         warnings = [p for p in config.warnings if "allow_ssh_from" in str(p.path)]
-        assert len(warnings) == 1 and "whole internet" in warnings[0].message
+        assert len(warnings) == 1 and "every address on the internet" in warnings[0].message
     assert not any("allow_ssh_from" in str(p.path) for p in _config("c").warnings)
 
 

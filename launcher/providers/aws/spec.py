@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from launcher.config.frozen import freeze
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
-from launcher.config.problems import Problem, Severity
+from launcher.config.problems import Problem
 from launcher.pricing import PriceTable, load_prices
 from launcher.providers.aws.launch import is_spot, names_groups, needs_key
 from launcher.providers.aws.names import (
@@ -26,6 +25,7 @@ from launcher.providers.spec import (
     region_default_warning,
     string_list,
 )
+from launcher.providers.ssh_sources import is_world, ssh_source_problems
 
 _KNOWN = {
     "type",
@@ -296,58 +296,9 @@ class AwsSpec(ProviderSpec):
         return NodeOffer(kind, spot, info.price if info else None)
 
 
-def ssh_source_problems(sources: object) -> list[Problem]:
-    """Each `allow_ssh_from` entry must be a network (CIDR) as EC2 takes it; one open to
-    every address is allowed, with a warning."""
-    if not isinstance(sources, list):
-        return []  # the schema reports it
-    problems = []
-    for index, source in enumerate(sources):
-        path = ("provider", "allow_ssh_from", index)
-        if not isinstance(source, str):
-            continue
-        try:
-            ipaddress.ip_network(source.strip())
-        except ValueError as exc:
-            problems.append(Problem(path, _cidr_error(source, exc), _cidr_fix(source)))
-            continue
-        if _is_world(source):
-            problems.append(
-                Problem(
-                    path,
-                    f"{source} opens SSH to every address on the internet",
-                    "name the networks SSH comes from, such as your office's range, or leave "
-                    "allow_ssh_from out to allow only this machine's address",
-                    severity=Severity.WARNING,
-                )
-            )
-    return problems
-
-
-def _is_world(source: str) -> bool:
-    try:
-        return ipaddress.ip_network(source.strip(), strict=False).prefixlen == 0
-    except ValueError:
-        return False
-
-
-def _cidr_error(source: str, exc: ValueError) -> str:
-    if "has host bits set" in str(exc):
-        return f"{source} has host bits set"
-    return f"{source!r} is not an address range (CIDR)"
-
-
-def _cidr_fix(source: str) -> str:
-    try:
-        network = ipaddress.ip_network(source.strip(), strict=False)
-    except ValueError:
-        return "write an IPv4 or IPv6 range such as 203.0.113.0/24 or 2001:db8::/32"
-    return f"write the range as {network}"
-
-
 def _ssh_sources(provider: AwsProviderConfig) -> str:
     sources = provider.allow_ssh_from
-    if any(_is_world(s) for s in sources):
+    if any(is_world(s) for s in sources):
         return f"SSH from every address on the internet ({', '.join(sources)})"
     if sources:
         return f"SSH from {', '.join(sources)} only"

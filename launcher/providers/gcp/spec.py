@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from launcher.providers.spec import (
     region_default_warning,
     string_list,
 )
+from launcher.providers.ssh_sources import ssh_source_problems
 
 _KNOWN = {
     "type",
@@ -44,7 +44,6 @@ _CUSTOM = re.compile(r"^(?:[a-z0-9]+-)?custom-(\d+)-(\d+)(?:-ext)?$")
 _REGION = re.compile(r"^[a-z]+(?:-[a-z]+)*[0-9]+$")
 _ZONE = re.compile(r"^[a-z]+(?:-[a-z]+)*[0-9]+-[a-z]$")
 _PROJECT = re.compile(r"^(?:[a-z0-9][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]*[a-z0-9]$")
-_WORLD = ("0.0.0.0/0", "::/0")
 
 
 def _check_names(provider: Mapping[str, Any]) -> list[Problem]:
@@ -80,35 +79,6 @@ def _check_names(provider: Mapping[str, Any]) -> list[Problem]:
                 "as `gcloud projects list` shows it",
             )
         )
-    return problems
-
-
-def _check_ssh_from(entries: object) -> list[Problem]:
-    """allow_ssh_from: each entry a real address range; a warning for the whole world."""
-    problems = []
-    for index, entry in enumerate(entries if isinstance(entries, list) else ()):
-        path = ("provider", "allow_ssh_from", index)
-        try:
-            network = ipaddress.ip_network(str(entry), strict=False)
-        except ValueError:
-            problems.append(
-                Problem(
-                    path,
-                    f"{entry!r} is not an address range",
-                    "write a CIDR range such as 203.0.113.0/24 or 2001:db8::/32",
-                )
-            )
-            continue
-        if str(network) in _WORLD:
-            problems.append(
-                Problem(
-                    path,
-                    f"{entry} opens SSH to the cluster's nodes to the whole internet",
-                    "give the ranges you connect from, or leave allow_ssh_from out to allow "
-                    "only this machine's address",
-                    severity=Severity.WARNING,
-                )
-            )
     return problems
 
 
@@ -184,7 +154,7 @@ class GcpSpec(ProviderSpec):
         if not isinstance(provider, Mapping):
             return []
         problems = _check_names(provider)
-        problems += _check_ssh_from(provider.get("allow_ssh_from"))
+        problems += ssh_source_problems(provider.get("allow_ssh_from"))
         region, zones = provider.get("region"), provider.get("availability_zone")
         if problems or not (isinstance(region, str) and isinstance(zones, str)):
             return problems

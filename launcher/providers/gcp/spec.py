@@ -247,7 +247,14 @@ class GcpSpec(ProviderSpec):
         return planned
 
     def derived_names(self, config: ClusterConfig) -> dict[str, str]:
-        return names.derived_names(config.cluster_name)
+        """The names `up` makes: not the account when the head's node_config names its own,
+        nor the key file when auth.ssh_private_key names one."""
+        made = names.derived_names(config.cluster_name)
+        if config.head_type.node_config.get("serviceAccounts"):
+            made.pop("head service account")
+        if config.auth.ssh_private_key:
+            made.pop("SSH key file")
+        return made
 
     def node_offer(
         self, config: ClusterConfig, node_type: NodeType, prices: PriceTable

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.runners.kube_exec import _MARK, _Start
 from launcher.runners.kube_session import not_started, parse_status
-from launcher.runners.shell import login_shell_argv
+from launcher.runners.shell import PID_MARK, PidReport, login_shell_argv
 from launcher.runners.ssh import SSHRunner, SSHTarget
 
 kubernetes = pytest.importorskip("kubernetes")
@@ -82,17 +81,19 @@ def test_a_failed_exec_is_judged(exc: BaseException, retryable: bool, reason: st
 
 
 def test_the_process_report_is_read_across_pieces() -> None:
-    start = _Start()
-    data = _MARK + b"42\nfirst line\nsecond"
+    start = PidReport()
+    data = PID_MARK + b"42\nfirst line\nsecond"
     out = b"".join(start.feed(data[i : i + 3]) for i in range(0, len(data), 3))
-    assert (start.started, start.pid, out) == (True, 42, b"first line\nsecond")
+    assert (start.reported, start.pid, out) == (True, 42, b"first line\nsecond")
 
 
-def test_output_without_a_report_is_all_output() -> None:
-    start = _Start()
+def test_output_before_the_report_is_output() -> None:
+    start = PidReport()
     assert start.feed(b"\x1elaunch") == b""  # could still be the report
     assert start.feed(b"ed elsewhere\n") == b"\x1elaunched elsewhere\n"
-    assert (start.started, start.pid) == (True, None)
+    assert (start.reported, start.pid) == (False, None)
+    assert start.feed(PID_MARK + b"7\nmine") == b"mine"
+    assert (start.reported, start.pid) == (True, 7)
 
 
 def test_the_login_shell_is_the_one_ssh_runs(tmp_path: Path) -> None:

@@ -41,14 +41,13 @@ from launcher.runners.kube_session import (
     not_started,
 )
 from launcher.runners.shell import (
-    KILL_GROUP,
-    PID_MARK,
-    REPORT_PID,
-    START_IN_SESSION,
     LineBuffer,
     OutputLines,
+    PidReport,
     append_to_log,
+    kill_group_argv,
     login_shell_argv,
+    reporting_pid,
 )
 
 __all__ = ["KubeExecRunner", "pod_port_opener"]
@@ -56,10 +55,6 @@ __all__ = ["KubeExecRunner", "pod_port_opener"]
 COMMAND_ATTEMPTS = 3  # an exec that does not start is tried this many times in all
 TIMED_OUT = 124
 CONNECTION_LOST = 255
-_MARK = PID_MARK
-_START = START_IN_SESSION
-_INNER = REPORT_PID
-_KILL = KILL_GROUP
 
 Api = Any  # kubernetes.client.CoreV1Api
 ApiSource = Any  # a CoreV1Api, or a function of no arguments that makes one
@@ -212,33 +207,37 @@ class KubeExecRunner:
     ) -> CommandResult:
         deadline = None if timeout is None else time.monotonic() + timeout
         with (
-            self.open(["sh", "-c", _START, _INNER, *argv]) as session,
+            self.open(reporting_pid(list(argv))) as session,
             self.log_path.open("a", encoding="utf-8") as log,
         ):
             output = OutputLines(log, echo)
             out, err = LineBuffer(output, hold_last=False), LineBuffer(output)
-            start = _Start()
+            report = PidReport()
+            started = False  # the pid was reported, or output came: not to be retried
             while session.is_open:
                 wait = None if deadline is None else deadline - time.monotonic()
                 if wait is not None and wait <= 0:
                     session.close()
-                    self._kill(start.pid)
+                    self._kill(report.pid)
                     output.tail.append(f"(stopped after {timeout:g} s)")
                     return CommandResult(TIMED_OUT, output.text(), timed_out=True)
                 try:
                     stdout, stderr = session.pump(wait)
                 except ConnectionLost as exc:
-                    if not start.started:
+                    if not started:
                         raise ExecNotStarted(f"connection lost: {exc}", retryable=True) from exc
                     output.tail.append(f"(connection to {self.where} lost: {exc})")
                     return CommandResult(CONNECTION_LOST, output.text())
-                out.feed(start.feed(stdout))
+                own = report.feed(stdout)
+                started = started or report.reported or bool(own) or bool(stderr)
+                out.feed(own)
                 err.feed(stderr)
+            out.feed(report.finish())
             out.finish()
             err.finish()
             status = session.status()
         if status is None:
-            if not start.started:
+            if not started:
                 raise ExecNotStarted("the exec ended without a status", retryable=True)
             output.tail.append(f"(connection to {self.where} lost: no exit status came)")
             return CommandResult(CONNECTION_LOST, output.text())
@@ -251,7 +250,7 @@ class KubeExecRunner:
         if pid is None:
             return
         try:
-            with self.open(["sh", "-c", _KILL, str(pid)]) as session:
+            with self.open(kill_group_argv(pid)) as session:
                 deadline = time.monotonic() + 10
                 while session.is_open and time.monotonic() < deadline:
                     session.pump(deadline - time.monotonic())
@@ -356,32 +355,6 @@ class KubeExecRunner:
                 self._log(f"(copying {what}: {why}; attempt {attempt} of {self.attempts})\n")
                 if not retry or attempt == self.attempts:
                     raise OSError(f"cannot copy {what}: {why}") from exc
-
-
-class _Start:
-    """Reads the process id the command reports before its own output."""
-
-    def __init__(self) -> None:
-        self.started = False  # the report came (or output that is not one)
-        self.pid: int | None = None
-        self._head = b""
-
-    def feed(self, data: bytes) -> bytes:
-        """The command's own output in `data`."""
-        if self.started:
-            return data
-        self._head += data
-        head = self._head[: len(_MARK)]
-        if head != _MARK[: len(head)]:
-            self.started = True  # no report: all of it is output
-            return self._head
-        line, newline, rest = self._head.partition(b"\n")
-        if not newline:
-            return b""
-        self.started = True
-        digits = line[len(_MARK) :]
-        self.pid = int(digits) if digits.isdigit() else None
-        return rest
 
 
 def _send_tar(session: ExecSession, plan: PutPlan, excludes: tuple[str, ...], local: str) -> None:

@@ -61,7 +61,7 @@ def build_config(
         metadata=freeze(merged.get("metadata", {})),
         fallbacks=freeze(_fallbacks(merged)),
         autostop=_autostop(merged),
-        node_overhead=_node_overhead(merged),
+        node_overhead=_own_number(merged, "node_overhead"),
         command_timeout_s=_own_number(merged, "command_timeout_s"),
         silence_warning_s=_own_number(merged, "silence_warning_s") or 300.0,
         ray_start_timeout_s=_own_number(merged, "ray_start_timeout_s") or 300.0,
@@ -71,29 +71,28 @@ def build_config(
     )
 
 
-def _autostop(merged: Mapping[str, Any]) -> Autostop | None:
+def _own(merged: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The config's `metadata.launcher` section: this launcher's own settings."""
     own = (merged.get("metadata") or {}).get("launcher") or {}
-    raw = own.get("autostop")
+    return own if isinstance(own, Mapping) else {}
+
+
+def _autostop(merged: Mapping[str, Any]) -> Autostop | None:
+    raw = _own(merged).get("autostop")
     if not raw:
         return None
     return Autostop(float(raw["idle_minutes"]), bool(raw.get("down", False)))
 
 
-def _node_overhead(merged: Mapping[str, Any]) -> float | None:
-    raw = ((merged.get("metadata") or {}).get("launcher") or {}).get("node_overhead")
-    return None if raw is None else float(raw)
-
-
 def _own_number(merged: Mapping[str, Any], key: str) -> float | None:
-    raw = ((merged.get("metadata") or {}).get("launcher") or {}).get(key)
+    raw = _own(merged).get(key)
     return None if raw is None else float(raw)
 
 
 def _fallbacks(merged: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
-    own = (merged.get("metadata") or {}).get("launcher") or {}
     return {
         str(name): (str(targets),) if isinstance(targets, str) else _strings(targets)
-        for name, targets in (own.get("fallbacks") or {}).items()
+        for name, targets in (_own(merged).get("fallbacks") or {}).items()
     }
 
 

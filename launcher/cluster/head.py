@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 import os
 import posixpath
 import tempfile
@@ -178,13 +179,19 @@ class DaemonStop(enum.Enum):
 
 
 def stop_wait_s() -> float:
-    value = os.environ.get("LAUNCHER_AUTOSCALER_STOP_WAIT_S", "")
+    return seconds_from_env("LAUNCHER_AUTOSCALER_STOP_WAIT_S", STOP_WAIT_S)
+
+
+def seconds_from_env(name: str, default: float) -> float:
+    """A number of seconds from environment variable `name`, else `default`."""
+    value = os.environ.get(name, "")
     try:
-        return max(0.0, float(value)) if value else STOP_WAIT_S
+        seconds = float(value) if value else default
     except ValueError:
-        raise UsageError(
-            f"LAUNCHER_AUTOSCALER_STOP_WAIT_S={value!r} is not a number of seconds"
-        ) from None
+        raise UsageError(f"{name}={value!r} is not a number of seconds") from None
+    if not math.isfinite(seconds):
+        raise UsageError(f"{name}={value!r} is not a number of seconds")
+    return max(0.0, seconds)
 
 
 def stop_daemon(session: HeadSession) -> DaemonStop:

@@ -20,6 +20,7 @@ from launcher.cluster.head import (
     connect,
     ensure_daemon,
     fetch_head_record,
+    seconds_from_env,
     stop_daemon,
     stop_wait_s,
 )
@@ -443,6 +444,7 @@ def _terminate(provider: NodeProvider, targets: Sequence[Node], events: EventSin
 
 # How long `down` watches for nodes after it had to kill the autoscaler: a launch call it
 # had in flight may still be carried out that long after (the SDKs' read timeout).
+# LAUNCHER_LATE_LAUNCH_WATCH_S changes it.
 LATE_LAUNCH_WATCH_S = 60.0
 LATE_LAUNCH_POLL_S = 5.0
 
@@ -450,15 +452,16 @@ LATE_LAUNCH_POLL_S = 5.0
 def _terminate_late_arrivals(
     provider: NodeProvider, known: set[str], events: EventSink
 ) -> list[Node]:
+    watch_s = seconds_from_env("LAUNCHER_LATE_LAUNCH_WATCH_S", LATE_LAUNCH_WATCH_S)
     events(
         Message(
             f"the autoscaler did not stop within {stop_wait_s():g} s and was killed; watching "
-            f"{LATE_LAUNCH_WATCH_S:g} s for instances a launch it had in flight may still make",
+            f"{watch_s:g} s for instances a launch it had in flight may still make",
             "warning",
         )
     )
     found: list[Node] = []
-    deadline = time.monotonic() + LATE_LAUNCH_WATCH_S
+    deadline = time.monotonic() + watch_s
     while time.monotonic() < deadline:
         time.sleep(min(LATE_LAUNCH_POLL_S, max(0.0, deadline - time.monotonic())))
         late = [n for n in provider.nodes() if n.id not in known]

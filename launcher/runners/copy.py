@@ -136,6 +136,12 @@ def ssh_command(target: SSHTarget, known_hosts: Path) -> list[str]:
         "-o",
         "ConnectTimeout=10",
         "-o",
+        # A host that stops answering mid-copy (or mid-attach) ends the connection within
+        # a minute instead of holding it for ever.
+        "ServerAliveInterval=15",
+        "-o",
+        "ServerAliveCountMax=4",
+        "-o",
         "LogLevel=ERROR",
     ]
     if target.key_path:

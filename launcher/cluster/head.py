@@ -124,8 +124,10 @@ def ensure_daemon(session: HeadSession, spec: AutoscalerSpec, python: str) -> st
     # `&` on the daemon alone, so the shell holds no pipe of ours open while it runs.
     # Started once its first log line is written after the lines already there; a daemon
     # that dies at once is reported with the end of its log.
+    # The spec's copy has the runner's mode: made 0600 here, in the same round trip.
     start = (
-        f"cd ~ || exit 1; touch {LOG_FILE}; before=$(wc -l < {LOG_FILE}); "
+        f"cd ~ || exit 1; chmod 600 {SPEC_FILE} || exit 3; "
+        f"touch {LOG_FILE}; before=$(wc -l < {LOG_FILE}); "
         f"nohup {python} -m launcher.autoscaler --spec {SPEC_FILE} "
         f">> {LOG_FILE} 2>&1 < /dev/null & pid=$!; echo $pid > {PID_FILE}; "
         f"echo {spec.digest} > {DIGEST_FILE}; "
@@ -146,8 +148,9 @@ _PRIVATE_DIRS = f"{posixpath.dirname(HEAD_DIR)} {HEAD_DIR}"
 
 def write_spec(session: HeadSession, spec: AutoscalerSpec) -> None:
     """Put the autoscaler's spec on the head. It holds the whole config, with any
-    credentials it names: 0600, in a 0700 directory (made so in the same command, and
-    made so again if an earlier version left it open), as every secret we write."""
+    credentials it names: in a 0700 directory (made so in the same command, and made so
+    again if an earlier version left it open), as every secret we write; the command that
+    starts the daemon makes the file itself 0600 (the copy's mode is the runner's)."""
     private = session.daemon_runner.run(
         f"umask 077 && mkdir -p {HEAD_DIR} && chmod 700 {_PRIVATE_DIRS}", session.env
     )
@@ -158,10 +161,6 @@ def write_spec(session: HeadSession, spec: AutoscalerSpec) -> None:
         local.touch(mode=0o600)
         local.write_text(spec.to_json())
         session.daemon_runner.put(str(local), SPEC_FILE)
-    # The copy's mode is the runner's to choose: it is made 0600 whatever it was.
-    closed = session.daemon_runner.run(f"chmod 600 {SPEC_FILE}", session.env)
-    if not closed.ok:
-        raise LauncherError(f"could not make {SPEC_FILE} private: {closed.output_tail}")
 
 
 # The autoscaler exits once the cloud has answered its launches in flight. Killed in the

@@ -87,12 +87,12 @@ def test_a_port_handed_out_twice_owned_by_a_stopped_node_or_rays_is_not_given(
     )
     kernel = _Kernel([6000, 7000, 7000, 7001, 15000, 6000, 7002, 7003])
     monkeypatch.setattr(socket, "socket", kernel)
-    ports = localhost._free_ports(["agent", "ray", "client", "dashboard"])
+    ports = localhost._free_ports(["agent", "ray", "client", "dashboard"], localhost._given().ports)
     assert ports == {"agent": 7000, "ray": 7001, "client": 7002, "dashboard": 7003}
 
 
 def test_real_probes_give_distinct_ports() -> None:
-    ports = localhost._free_ports([f"p{i}" for i in range(50)])
+    ports = localhost._free_ports([f"p{i}" for i in range(50)], set())
     assert len(set(ports.values())) == 50
     for port in ports.values():
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as check:
@@ -104,4 +104,4 @@ def test_a_machine_whose_ports_are_all_rays_is_told_what_to_change(
 ) -> None:
     monkeypatch.setattr(socket, "socket", _Kernel([15000] * 300))
     with pytest.raises(ProviderError, match="ip_local_port_range"):
-        localhost._free_ports(["agent"])
+        localhost._free_ports(["agent"], set())

@@ -25,6 +25,7 @@ import sys
 import time
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -127,12 +128,13 @@ class LocalhostProvider(NodeProvider):
                 names = (
                     ["agent", "ray", "client", "dashboard"] if kind is NodeKind.HEAD else ["agent"]
                 )
-                ports = _free_ports(names)
+                given = _given()  # read once for the address and the ports
+                ports = _free_ports(names, given.ports)
                 data: dict[str, Any] = {
                     "id": node_id,
                     "kind": kind.value,
                     "node_type": node_type.name,
-                    "ip": _free_ip(),
+                    "ip": _free_ip(given.ips),
                     "created_at": time.time(),
                     "ports": ports,
                     "tags": self.new_node_tags(node_type, kind, tags, request_id),
@@ -392,21 +394,37 @@ def _node_records() -> Iterator[dict[str, Any]]:
             yield data
 
 
-def _used_ips() -> set[str]:
-    """Addresses listened on, or given to a node of any cluster of any home on this machine
-    (its Ray may not listen yet), or to a node of this home that has no claim."""
-    used = _listening_ips()
-    used.update(c.ip for c in claims() if c.ip)
-    used.update(str(data["ip"]) for data in _node_records() if data.get("ip"))
-    return used
+@dataclass(frozen=True)
+class _Given:
+    """The addresses and ports given to nodes, listening or not (a node whose Ray is not
+    running yet, or is being restarted, still owns them): those of every cluster of any
+    home on this machine (their claims), and those of this home's nodes that have none."""
+
+    ips: set[str]
+    ports: set[int]
 
 
-def _free_ip() -> str:
+def _given() -> _Given:
+    given = _Given(set(), set())
+    for taken in claims():
+        if taken.ip:
+            given.ips.add(taken.ip)
+        given.ports.update(taken.ports)
+    for data in _node_records():
+        if data.get("ip"):
+            given.ips.add(str(data["ip"]))
+        ports = data.get("ports")
+        if isinstance(ports, dict):
+            given.ports.update(p for p in ports.values() if isinstance(p, int))
+    return given
+
+
+def _free_ip(given: set[str]) -> str:
     """A loopback address no node or listener here uses, taken in turn after the one given
     last (held under the machine lock), so a node that just went does not hand its address
     to its replacement at once: on a cloud a new machine gets a new address, and Ray's GCS
     may still count the old node at that address alive for a few seconds."""
-    used = _used_ips()
+    used = _listening_ips() | given
     last_file = machine_dir() / "localhost-last-ip"
     try:
         last = int(last_file.read_text().strip().rsplit(".", 1)[-1])
@@ -431,22 +449,11 @@ def _free_ip() -> str:
 RAY_WORKER_PORTS = (10002, 19999)
 
 
-def _used_ports() -> set[int]:
-    """The ports given to the nodes of every localhost cluster on this machine, listening or not (a
-    node whose Ray is not running yet, or is being restarted, still owns its ports)."""
-    used: set[int] = {port for c in claims() for port in c.ports}
-    for data in _node_records():
-        ports = data.get("ports")
-        if isinstance(ports, dict):
-            used.update(p for p in ports.values() if isinstance(p, int))
-    return used
-
-
-def _free_ports(names: list[str]) -> dict[str, int]:
-    """A distinct free port for each of `names`, none given to another node here (called
-    under the machine lock) and none in Ray's worker port range. Every probe socket stays
-    bound until all are chosen, so the kernel cannot hand the same port out twice."""
-    used = _used_ports()
+def _free_ports(names: list[str], given: set[int]) -> dict[str, int]:
+    """A distinct free port for each of `names`, none of `given` (read under the machine
+    lock) and none in Ray's worker port range. Every probe socket stays bound until all are
+    chosen, so the kernel cannot hand the same port out twice."""
+    used = set(given)
     chosen: dict[str, int] = {}
     with contextlib.ExitStack() as stack:
         for _ in range(len(names) + 200):

@@ -74,6 +74,7 @@ class NodeUpdateError(LauncherError):
     def __init__(self, node_id: str, stage: str, detail: str, log_path: str) -> None:
         self.node_id = node_id
         self.stage = stage
+        self.detail = detail
         self.log_path = log_path
         super().__init__(f"node {node_id} failed while {stage}: {detail} (full log: {log_path})")
 

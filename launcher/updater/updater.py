@@ -125,7 +125,6 @@ class NodeUpdater:
         self.is_head = node.kind is NodeKind.HEAD
         self.hashes = node_hashes(config, node.node_type, head=self.is_head, cwd=options.cwd)
         self._current = "updating"
-        self._why = ""  # the last failure's detail
 
     def run(self) -> UpdateSteps:
         """Bring the node up to date. Raises NodeUpdateError (and tags the node failed)."""
@@ -199,7 +198,7 @@ class NodeUpdater:
 
     def _failed(self, exc: NodeUpdateError) -> None:
         """Say why in the node's log (its last line, read back by `up`), then tag it."""
-        append_to_log(self.log_path, f"{FAILED_LINE}{exc.stage}: {self._why}\n")
+        append_to_log(self.log_path, f"{FAILED_LINE}{exc.stage}: {exc.detail}\n")
         self.provider.set_tags(self.node.id, {TAG_STATUS: NodeStatus.FAILED})
         self._emit(f"failed while {exc.stage}", detail=str(exc), failed=True)
 
@@ -234,7 +233,6 @@ class NodeUpdater:
         )
 
     def _fail(self, detail: str) -> NodeUpdateError:
-        self._why = detail
         return NodeUpdateError(self.node.id, self._current, detail, str(self.log_path))
 
     def _silent(self, command: str, seconds: float) -> None:

@@ -10,9 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from launcher.cluster.head import HeadSession
-from launcher.cluster.lifecycle import worker_failure
+from launcher.cluster.lifecycle import wait_for_min_workers, worker_failure
 from launcher.config.loader import parse_config
-from launcher.providers.base import Node, NodeKind, NodeState
+from launcher.events import Event, Message
+from launcher.providers.base import TAG_STATUS, Node, NodeKind, NodeState, NodeStatus
 from launcher.runners.base import CommandResult
 from launcher.runners.local import LocalProcessRunner
 from launcher.runners.shell import PID_MARK, PidReport
@@ -144,3 +145,35 @@ def test_a_workers_failure_is_read_from_its_log_on_a_remote_head(
     assert "10.0.0.5 (gpu) failed its setup (log on the head:" in (
         worker_failure(session, worker, True) or ""
     )
+
+
+def test_a_failed_workers_log_is_read_once_while_it_stays_listed() -> None:
+    """`up` polls every 0.25 s; on a remote head each read of a worker's log is an SSH
+    round trip, and a worker stays listed failed until the autoscaler removes it."""
+    config = parse_config(
+        "cluster_name: once\nprovider: {type: localhost}\navailable_node_types:\n"
+        "  head: {node_config: {}, resources: {CPU: 1}, max_workers: 0}\n"
+        "  worker: {node_config: {}, resources: {CPU: 1}, min_workers: 1, max_workers: 2}\n"
+        "head_node_type: head\n",
+        "once.yaml",
+    )
+
+    def worker(node_id: str, status: NodeStatus) -> Node:
+        return Node(
+            node_id, NodeKind.WORKER, "worker", "127.0.0.9", NodeState.RUNNING, {TAG_STATUS: status}
+        )
+
+    listings = [[worker("w-1", NodeStatus.FAILED)]] * 6 + [[worker("w-2", NodeStatus.UP_TO_DATE)]]
+    provider = SimpleNamespace(workers=lambda: listings.pop(0))
+    reads: list[str] = []
+
+    def why(node: Node, tagged: bool) -> str:
+        reads.append(node.id)
+        return f"worker {node.id} (worker) failed while starting Ray: no head"
+
+    said: list[Event] = []
+    ready = wait_for_min_workers(provider, config, said.append, 60, None, why)  # type: ignore[arg-type]
+    assert [n.id for n in ready] == ["w-2"]
+    assert reads == ["w-1"]
+    warned = [e.text for e in said if isinstance(e, Message)]
+    assert warned == ["worker w-1 (worker) failed while starting Ray: no head"]

@@ -295,7 +295,11 @@ def wait_for_min_workers(
         ready = [n for n in workers if n.status is NodeStatus.UP_TO_DATE]
         if all(sum(n.node_type == t for n in ready) >= c for t, c in wanted.items()):
             return tuple(ready)
+        failures.forget_recovered(workers)
         for node in failure_suspects(in_setup, workers):
+            if node.id in failures.read:
+                continue  # its log was read once; it is read again only if it fails anew
+            failures.read.add(node.id)
             tagged = node.status is NodeStatus.FAILED
             line = why_failed(node, tagged) if why_failed else None
             if line is not None or tagged:
@@ -319,9 +323,16 @@ class _Failures:
 
     def __init__(self, events: EventSink) -> None:
         self.events = events
+        # Suspects whose log was read (over SSH, on a remote head): not read again each poll
+        # while they stay listed failed, or once they are gone.
+        self.read: set[str] = set()
         self.seen: set[tuple[str, str]] = set()
         self.by_type: dict[str, int] = {}
         self.last: str | None = None
+
+    def forget_recovered(self, workers: Sequence[Node]) -> None:
+        """A node listed again in another state (stopped and started again) may fail anew."""
+        self.read -= {n.id for n in workers if n.status is not NodeStatus.FAILED}
 
     def add(self, node: Node, line: str) -> None:
         if (node.id, line) in self.seen:

@@ -1,9 +1,10 @@
-"""Commands for trying a cluster's resilience and looking into it: kill-random-node and
-dashboard (Ray's names and flags)."""
+"""Commands for trying a cluster's resilience and looking into it: kill-random-node (a
+random worker, or with --head the head) and dashboard (Ray's names and flags)."""
 
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
 import time
 
@@ -17,14 +18,22 @@ from launcher.cli.cluster_commands import (
     name_option,
     yes_option,
 )
-from launcher.cluster.chaos import Kill, kill_random_node
+from launcher.cluster.chaos import Kill, KillResult, check_flags, kill_node, pick
 from launcher.cluster.dashboard import RAY_DASHBOARD_PORT, forwarded_dashboard
 from launcher.cluster.head import connect
-from launcher.providers.base import Node
+from launcher.providers.base import Node, NodeKind
+from launcher.providers.factory import make_provider
 
 
 @cli.command(name="kill-random-node")
 @config_argument
+@click.option(
+    "--head",
+    is_flag=True,
+    help="Take the head instead of a random worker, to rehearse losing it. Nothing replaces "
+    "it by itself: a run started with `launcher submit --recover` brings up a new head and "
+    "goes on; otherwise bring the cluster back with `launcher up`.",
+)
 @click.option(
     "--hard",
     is_flag=True,
@@ -40,7 +49,8 @@ from launcher.providers.base import Node
     metavar="SECONDS",
     help="With --hard on a `simulated_spot` worker: give notice this long before taking it, "
     "as AWS (2 minutes) and GCP (30 s) do before reclaiming a spot machine; the autoscaler "
-    "launches its replacement on the notice. The command waits until the node is taken.",
+    "launches its replacement on the notice. The command waits until the node is taken. "
+    "Not with --head.",
 )
 @yes_option
 @name_option
@@ -48,16 +58,21 @@ from launcher.providers.base import Node
 def kill_random_node_command(
     settings: Settings,
     cluster_config_file: str,
+    head: bool,
     hard: bool,
     notice_s: float,
     yes: bool,
     cluster_name: str | None,
 ) -> None:
     """Kill a random worker, to see the cluster and its jobs survive it: stop its Ray, or
-    with --hard take the node away. The autoscaler replaces it."""
+    with --hard take the node away; the autoscaler replaces it. With --head, kill the head
+    instead: nothing but a run started with `launcher submit --recover` replaces it."""
+    check_flags(hard=hard, head=head, notice_s=notice_s)
     config = cli_config(cluster_config_file, cluster_name)
-    what = "take a random worker away" if hard else "stop Ray on a random worker"
-    if not confirmer(yes)(f"This will {what} of cluster {config.cluster_name}. Go on?"):
+    provider = make_provider(config)
+    node = pick(config, provider.nodes(), head=head, hard=hard, rng=random.Random())
+    question = f"This will {_what(node, hard)} of cluster {config.cluster_name}. Go on?"
+    if not confirmer(yes)(question):
         raise click.exceptions.Exit(1)
 
     def noticed(node: Node, at: float) -> None:
@@ -67,19 +82,34 @@ def kill_random_node_command(
             f"is reclaimed at {when}, in {notice_s:g} s."
         )
 
-    result = kill_random_node(config, hard=hard, notice_s=notice_s, on_notice=noticed)
+    result = kill_node(config, provider, node, hard=hard, notice_s=notice_s, on_notice=noticed)
+    settings.output.line(_done(result, config.source or "CLUSTER.yaml"))
+
+
+def _what(node: Node, hard: bool) -> str:
+    """What the command will do to `node`, for its question."""
+    if node.kind is NodeKind.HEAD:
+        head = f"the head {node.id} ({node.node_type}) with IP {node.ip or 'unknown'}"
+        return f"take away {head}" if hard else f"stop Ray on {head}"
+    return "take a random worker away" if hard else "stop Ray on a random worker"
+
+
+def _done(result: KillResult, source: str) -> str:
+    """The line that says what was done, once it is seen done, and what comes next."""
     node = result.node
-    where = f"worker {node.id} ({node.node_type}) with IP {node.ip or 'unknown'}"
+    where = f"{node.kind.value} {node.id} ({node.node_type}) with IP {node.ip or 'unknown'}"
+    done = f"{result.how.value[0].upper()}{result.how.value[1:]} {where}"
     if result.how is Kill.RECLAIMED:
-        settings.output.line(
-            f"Reclaimed {where} as a cloud reclaims a spot machine; the autoscaler will see "
-            "it preempted and replace it."
+        done = f"Reclaimed {where} as a cloud reclaims a spot machine"
+    if node.kind is NodeKind.HEAD:
+        return (
+            f"{done}; nothing replaces a lost head by itself: a run started with "
+            "`launcher submit --recover` brings up a new head and goes on; otherwise bring "
+            f"the cluster back with `launcher up {source}`."
         )
-    else:
-        settings.output.line(
-            f"{result.how.value[0].upper()}{result.how.value[1:]} {where}; "
-            "the autoscaler will replace it."
-        )
+    if result.how is Kill.RECLAIMED:
+        return f"{done}; the autoscaler will see it preempted and replace it."
+    return f"{done}; the autoscaler will replace it."
 
 
 @cli.command()

@@ -301,10 +301,11 @@ class NodeProvider(ABC):
         return stop_ray(runner, self.ray_paths(head=node.kind is NodeKind.HEAD), STOP_TIMEOUT_S)
 
     def reclaim_node(self, node: Node) -> bool:
-        """Take `node` away as a cloud reclaims a spot machine, where the provider can play
-        that part (the localhost provider, for types marked `simulated_spot`): the node's
-        machine goes, and it is listed PREEMPTED until terminated. False (nothing done)
-        where it cannot; callers then terminate the node instead."""
+        """Take `node` (a worker or the head) away as a cloud reclaims a spot machine, where
+        the provider can play that part (the localhost provider, for types marked
+        `simulated_spot`): the node's machine goes with all it runs, and it is listed
+        PREEMPTED until terminated. False (nothing done) where it cannot; callers then
+        terminate the node instead."""
         return False
 
     def notify_reclaim(self, node: Node, at: float) -> bool:

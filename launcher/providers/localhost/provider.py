@@ -253,18 +253,17 @@ class LocalhostProvider(NodeProvider):
         return None
 
     def _spot_record(self, node: Node) -> tuple[Path, dict[str, Any]] | None:
-        """The record of `node` when it is a worker of a `simulated_spot` type."""
+        """The record of `node` (head or worker) when it is of a `simulated_spot` type."""
         node_type = self.config.node_types.get(node.node_type)
-        if node.kind is not NodeKind.WORKER or node_type is None:
-            return None
-        if node_type.node_config.get("simulated_spot") is not True:
+        if node_type is None or node_type.node_config.get("simulated_spot") is not True:
             return None
         path = self.nodes_dir / node.id / "node.json"
         data = _read_json(path)
         return None if data is None else (path, data)
 
     def notify_reclaim(self, node: Node, at: float) -> bool:
-        record = self._spot_record(node)
+        """Workers only: the autoscaler that acts on a notice runs on the head."""
+        record = self._spot_record(node) if node.kind is NodeKind.WORKER else None
         if record is None:
             return False
         path, data = record
@@ -273,6 +272,9 @@ class LocalhostProvider(NodeProvider):
         return True
 
     def reclaim_node(self, node: Node) -> bool:
+        """A node of a `simulated_spot` type, head or worker, goes as a machine does: its
+        container removed, every process it carries killed at once (Ray, and on a head the
+        autoscaler and drivers too), and it is listed PREEMPTED until terminated."""
         record = self._spot_record(node)
         if record is None:
             return False

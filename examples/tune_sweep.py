@@ -14,6 +14,17 @@ a shared file system; on this machine's localhost provider every node shares the
 the default (`~/ray_results` of the head) works. At the end it prints, per trial, how far it
 got, where it ran, and from which step it resumed after a failure; `--summary FILE` also
 writes that as JSON.
+
+It also survives losing the head, run as a recovering run:
+
+    launcher submit examples/clusters/local-recover.yaml examples/tune_sweep.py \
+        --start --stop --recover --storage-path "$PWD/results"
+    launcher kill-random-node examples/clusters/local-recover.yaml --head --hard -y
+
+The launcher then brings up a new head and starts this script again, with the same
+LAUNCHER_RUN_ID and LAUNCHER_STORAGE_PATH: it finds its experiment there
+(`Tuner.can_restore`) and resumes it (`Tuner.restore(..., resume_errored=True)`), every
+trial from its last checkpoint. That is all a script needs for it: what Tune asks for.
 """
 
 from __future__ import annotations
@@ -68,10 +79,17 @@ def main() -> None:
     parser.add_argument("--cpus-per-trial", type=float, default=1.0)
     parser.add_argument(
         "--storage-path",
-        default=os.environ.get("TUNE_STORAGE_PATH", "~/ray_results"),
+        # A recovering run's storage (`submit --recover --storage-path`), else Tune's habit.
+        default=os.environ.get("LAUNCHER_STORAGE_PATH")
+        or os.environ.get("TUNE_STORAGE_PATH", "~/ray_results"),
         help="where trials keep checkpoints; every node must reach it (s3://, gs://, NFS)",
     )
-    parser.add_argument("--name", default="tune-sweep", help="the experiment's name")
+    parser.add_argument(
+        "--name",
+        # One experiment per run: every attempt of a recovering run resumes the same one.
+        default=os.environ.get("LAUNCHER_RUN_ID", "tune-sweep"),
+        help="the experiment's name",
+    )
     parser.add_argument("--summary", help="also write the per-trial summary here, as JSON")
     args = parser.parse_args()
 
@@ -80,8 +98,21 @@ def main() -> None:
     if "://" not in storage:
         storage = str(Path(storage).expanduser().resolve())
     print(f"{args.trials} trials of {args.steps} steps; checkpoints in {storage}", flush=True)
-    tuner = tune.Tuner(
-        tune.with_resources(objective, {"cpu": args.cpus_per_trial}),
+    trainable = tune.with_resources(objective, {"cpu": args.cpus_per_trial})
+    experiment = storage.rstrip("/") + "/" + args.name
+    if tune.Tuner.can_restore(experiment):
+        # An earlier attempt of this run (its head was lost): go on where it was.
+        print(f"resuming the sweep from {experiment}", flush=True)
+        tuner = tune.Tuner.restore(experiment, trainable=trainable, resume_errored=True)
+    else:
+        tuner = _new_tuner(trainable, args, storage)
+    results = tuner.fit()
+    _report(results, args)
+
+
+def _new_tuner(trainable: Any, args: argparse.Namespace, storage: str) -> tune.Tuner:
+    return tune.Tuner(
+        trainable,
         param_space={
             "lr": tune.grid_search([0.01 * 2**i for i in range(args.trials)]),
             "steps": args.steps,
@@ -97,8 +128,9 @@ def main() -> None:
             verbose=1,
         ),
     )
-    results = tuner.fit()
 
+
+def _report(results: Any, args: argparse.Namespace) -> None:
     summary = []
     for result in results:
         history = result.metrics_dataframe

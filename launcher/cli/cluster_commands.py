@@ -1,4 +1,4 @@
-"""Commands that act on clusters: up, down, exec, submit, attach, rsync-up/down, addresses,
+"""Commands that act on clusters: up, down, exec, attach, rsync-up/down, addresses,
 status and monitor. Flags follow `ray up/down/...`."""
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def cli_config(path: str, cluster_name: str | None) -> ClusterConfig:
     return load_config(path, Overrides(cluster_name=cluster_name))
 
 
-def _echo(line: str) -> None:
+def echo_line(line: str) -> None:
     click.echo(line)
 
 
@@ -138,7 +138,7 @@ def _up(
     return result
 
 
-def _down(
+def down_cluster(
     settings: Settings,
     path: str,
     cluster_name: str | None,
@@ -284,7 +284,7 @@ def down(
     cluster_name: str | None,
 ) -> None:
     """Terminate the cluster's nodes and remove what the launcher created for it."""
-    _down(
+    down_cluster(
         settings,
         cluster_config_file,
         cluster_name,
@@ -295,7 +295,7 @@ def down(
     )
 
 
-def _run_with_lifecycle(
+def run_with_lifecycle(
     settings: Settings,
     path: str,
     cluster_name: str | None,
@@ -313,12 +313,12 @@ def _run_with_lifecycle(
         if stop:
             previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish the teardown
             try:
-                _down(settings, path, cluster_name)
+                down_cluster(settings, path, cluster_name)
             finally:
                 signal.signal(signal.SIGINT, previous)
 
 
-def _report_session(settings: Settings, name: str | None, how: str) -> None:
+def report_session(settings: Settings, name: str | None, how: str) -> None:
     if name:
         settings.output.line(
             f"Running in {how} session {name} on the head; see it with "
@@ -352,50 +352,11 @@ def exec_command(
     options = ops.RunOptions(screen=screen, tmux=tmux, port_forward=port_forward)
 
     def action(config: ClusterConfig) -> int:
-        code, session = ops.exec_on_head(config, cmd, options, _echo)
-        _report_session(settings, session, "tmux" if tmux else "screen")
+        code, session = ops.exec_on_head(config, cmd, options, echo_line)
+        report_session(settings, session, "tmux" if tmux else "screen")
         return code
 
-    sys.exit(_run_with_lifecycle(settings, cluster_config_file, cluster_name, start, stop, action))
-
-
-@cli.command(context_settings={"ignore_unknown_options": True})
-@config_argument
-@click.argument("script", type=click.Path(exists=True, dir_okay=False))
-@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--start", is_flag=True, help="Start the cluster first if needed.")
-@click.option(
-    "--stop",
-    is_flag=True,
-    help="Take the cluster down after the script, even if it fails or is interrupted.",
-)
-@session_options
-@port_option
-@name_option
-@cache_option
-@click.pass_obj
-def submit(
-    settings: Settings,
-    cluster_config_file: str,
-    script: str,
-    script_args: tuple[str, ...],
-    start: bool,
-    stop: bool,
-    screen: bool,
-    tmux: bool,
-    port_forward: tuple[tuple[int, int], ...],
-    cluster_name: str | None,
-    no_config_cache: bool,
-) -> None:
-    """Copy a Python script to the head node and run it there; exits with its code."""
-    options = ops.RunOptions(screen=screen, tmux=tmux, port_forward=port_forward)
-
-    def action(config: ClusterConfig) -> int:
-        code, session = ops.submit_script(config, script, script_args, options, _echo)
-        _report_session(settings, session, "tmux" if tmux else "screen")
-        return code
-
-    sys.exit(_run_with_lifecycle(settings, cluster_config_file, cluster_name, start, stop, action))
+    sys.exit(run_with_lifecycle(settings, cluster_config_file, cluster_name, start, stop, action))
 
 
 @cli.command()
@@ -425,7 +386,7 @@ def attach(
     def action(config: ClusterConfig) -> int:
         return ops.attach(config, screen=screen, tmux=tmux, new=new, port_forward=port_forward)
 
-    sys.exit(_run_with_lifecycle(settings, cluster_config_file, cluster_name, start, False, action))
+    sys.exit(run_with_lifecycle(settings, cluster_config_file, cluster_name, start, False, action))
 
 
 def _rsync(up: bool) -> Callable[..., None]:
@@ -512,7 +473,7 @@ def monitor(
 ) -> None:
     """Show the autoscaler's log on the head node (following it until Ctrl-C)."""
     sys.exit(
-        ops.monitor(cli_config(cluster_config_file, cluster_name), lines, not no_follow, _echo)
+        ops.monitor(cli_config(cluster_config_file, cluster_name), lines, not no_follow, echo_line)
     )
 
 

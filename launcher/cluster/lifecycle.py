@@ -36,6 +36,7 @@ from launcher.providers.base import (
     Node,
     NodeKind,
     NodeProvider,
+    NodeState,
     NodeStatus,
     head_of,
 )
@@ -55,6 +56,7 @@ class UpOptions:
     wait_for_workers: bool = True
     workers_timeout_s: float = 600.0
     ready_timeout_s: float = 300.0  # how long to wait for a node to accept commands
+    head_type: str | None = None  # the type of a head that must be made (else the config's)
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ def up(
     ):
         for made in provider.bootstrap(options.ready_timeout_s):
             events(Message(made))
-        head, created, listed = _head(provider, config, events, confirm)
+        head, created, listed = _head(provider, config, events, confirm, options.head_type)
         note_listing(config, [*listed, head], config_text=text)
         steps = NodeUpdater(
             provider,
@@ -176,11 +178,21 @@ def _prepare_remote_head(
 
 
 def _head(
-    provider: NodeProvider, config: ClusterConfig, events: EventSink, confirm: Confirm
+    provider: NodeProvider,
+    config: ClusterConfig,
+    events: EventSink,
+    confirm: Confirm,
+    head_type: str | None = None,
 ) -> tuple[Node, bool, list[Node]]:
     """The head (created when there is none), whether it was created, and the nodes as
     listed before."""
     listed = provider.nodes()
+    taken = [n for n in listed if n.kind is NodeKind.HEAD and n.state is NodeState.PREEMPTED]
+    if taken:
+        # A head the provider took back (a spot reclaim) runs nothing: a new one replaces it.
+        events(Message(f"the head {taken[0].id} was taken back (preempted); replacing it"))
+        provider.terminate_nodes([n.id for n in taken])
+        listed = [n for n in listed if n not in taken]
     heads = sorted((n for n in listed if n.kind is NodeKind.HEAD), key=lambda n: n.created_at)
     if len(heads) > 1:
         extra = [n.id for n in heads[1:]]
@@ -195,9 +207,10 @@ def _head(
         return heads[0], False, listed
     if not confirm(f"Create a new cluster {config.cluster_name} ({config.provider.type})?"):
         raise LauncherError("cancelled; nothing was created")
-    events(Message(f"creating the head node ({config.head_node_type})"))
+    kind = config.node_types[head_type] if head_type else config.head_type
+    events(Message(f"creating the head node ({kind.name})"))
     created = provider.create_nodes(
-        config.head_type,
+        kind,
         NodeKind.HEAD,
         1,
         {TAG_STATUS: NodeStatus.UNINITIALIZED},

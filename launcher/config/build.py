@@ -14,6 +14,7 @@ from launcher.config.model import (
     DockerConfig,
     NodeType,
     NodeTypeDocker,
+    RecoverSettings,
     ResourceSource,
 )
 from launcher.config.problems import Problem
@@ -61,6 +62,7 @@ def build_config(
         metadata=freeze(merged.get("metadata", {})),
         fallbacks=freeze(_fallbacks(merged)),
         autostop=_autostop(merged),
+        recover=_recover(merged),
         node_overhead=_own_number(merged, "node_overhead"),
         command_timeout_s=_own_number(merged, "command_timeout_s"),
         silence_warning_s=_own_number(merged, "silence_warning_s") or 300.0,
@@ -82,6 +84,21 @@ def _autostop(merged: Mapping[str, Any]) -> Autostop | None:
     if not raw:
         return None
     return Autostop(float(raw["idle_minutes"]), bool(raw.get("down", False)))
+
+
+def _recover(merged: Mapping[str, Any]) -> RecoverSettings:
+    raw = _own(merged).get("recover")
+    if raw is None or raw is False:
+        return RecoverSettings()
+    if raw is True:
+        return RecoverSettings(enabled=True)
+    path = raw.get("storage_path")
+    return RecoverSettings(
+        enabled=bool(raw.get("enabled", True)),
+        max_restarts_on_errors=int(raw.get("max_restarts_on_errors", 0)),
+        storage_path=None if path is None else str(path),
+        same_head_type=bool(raw.get("same_head_type", False)),
+    )
 
 
 def _own_number(merged: Mapping[str, Any], key: str) -> float | None:

@@ -302,7 +302,8 @@ def _text(section: object, key: str) -> str | None:
 
 def _check_fallbacks(merged: Mapping[str, Any]) -> Iterator[Problem]:
     """metadata.launcher.fallbacks: every name a node type, never itself, and each fallback
-    a type that can launch workers."""
+    a type that can launch workers (the head type's fallbacks are heads: a recovering run
+    brings up its first one after a spot head is taken back)."""
     metadata = merged.get("metadata")
     own = metadata.get("launcher") if isinstance(metadata, Mapping) else None
     fallbacks = own.get("fallbacks") if isinstance(own, Mapping) else None
@@ -327,7 +328,9 @@ def _check_fallbacks(merged: Mapping[str, Any]) -> Iterator[Problem]:
                 yield _unknown_type(path, target, types, "fallback")
             elif target == name:
                 yield Problem(path, f"{name} falls back to itself", f"remove {name} from its list")
-            elif effective_max_workers(target, types[target], head, global_max) == 0:
+            elif (
+                name != head and effective_max_workers(target, types[target], head, global_max) == 0
+            ):
                 yield Problem(
                     path,
                     f"fallback {target} can never launch: its max_workers is 0",

@@ -102,6 +102,16 @@ class Autostop:
 
 
 @dataclass(frozen=True)
+class RecoverSettings:
+    """metadata.launcher.recover: how `launcher submit` runs recover (see runs/)."""
+
+    enabled: bool = False
+    max_restarts_on_errors: int = 0
+    storage_path: str | None = None
+    same_head_type: bool = False
+
+
+@dataclass(frozen=True)
 class NodeCommands:
     """What the updater runs on one node, in order."""
 
@@ -136,6 +146,7 @@ class ClusterConfig:
     # metadata.launcher.fallbacks: node type -> types to launch instead, in order.
     fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     autostop: Autostop | None = None  # metadata.launcher.autostop
+    recover: RecoverSettings = field(default_factory=RecoverSettings)
     node_overhead: float | None = None  # metadata.launcher.node_overhead (None: the planner's)
     # metadata.launcher: bounds on what runs on nodes (None: no limit on setup commands)
     command_timeout_s: float | None = None

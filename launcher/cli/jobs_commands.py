@@ -1,0 +1,413 @@
+"""`launcher jobs`: the runs `launcher submit --recover` started, as SkyPilot's managed jobs
+(`sky jobs queue/logs/cancel`) are: they outlive any one head, so they are listed, followed
+and cancelled from outside the cluster, not through Ray's job server on the head (which
+`ray job` talks to, and which goes with the head)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from types import FrameType
+
+import click
+
+from launcher.cli.app import Settings, cli
+from launcher.cli.cluster_commands import (
+    cli_config,
+    config_argument,
+    confirmer,
+    down_cluster,
+    echo_line,
+    name_option,
+    yes_option,
+)
+from launcher.cli.progress import ProgressView
+from launcher.cluster.head import connect
+from launcher.config.loader import Overrides
+from launcher.config.model import ClusterConfig
+from launcher.errors import LauncherError, NoClusterError, UsageError
+from launcher.providers.factory import make_provider
+from launcher.runs import driver, replica, store
+from launcher.runs.model import Run, RunState
+from launcher.runs.supervisor import Supervisor
+
+
+@cli.group()
+def jobs() -> None:
+    """Runs started with `launcher submit --recover`: list, logs, cancel, supervise."""
+
+
+def run_exit_code(run: Run) -> int:
+    if run.state is RunState.SUCCEEDED:
+        return 0
+    if run.state is RunState.CANCELLED:
+        return 130
+    code = run.attempt.exit_code if run.attempt else None
+    return code if code else 1
+
+
+def _summary(run: Run) -> str:
+    recoveries = len(run.recoveries)
+    noun = "recovery" if recoveries == 1 else "recoveries"
+    return (
+        f"{len(run.attempts)} attempt(s), {recoveries} head {noun}, "
+        f"{run.time_lost(time.time()):.0f} s lost"
+    )
+
+
+def say_run_end(settings: Settings, run: Run) -> None:
+    line = f"Run {run.id} {run.state.value}: {_summary(run)}."
+    if run.state is not RunState.SUCCEEDED and run.message:
+        line += f" {run.message}"
+    settings.output.line(line)
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise _Released()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Released(Exception):
+    """SIGTERM to a supervisor: it lets go of the run (another may take it up)."""
+
+
+def supervise_here(
+    settings: Settings,
+    run: Run,
+    config: ClusterConfig,
+    overrides: Overrides,
+    *,
+    cancel: bool = True,
+) -> Run:
+    """Supervise `run` from this process until it ends. Ctrl-C cancels it (`cancel`) or
+    only lets go of it; SIGTERM lets go of it (the run goes on, unsupervised)."""
+    with ProgressView(settings.output.err_console) as view:
+        supervisor = Supervisor(run, config, overrides, settings.output.line, echo_line, view)
+        try:
+            with _sigterm_as_interrupt():
+                return supervisor.supervise()
+        except KeyboardInterrupt:
+            if not cancel:
+                settings.output.line(f"Stopped supervising run {run.id}; it goes on.")
+                raise
+            settings.output.line(f"Interrupted: cancelling run {run.id}.")
+            supervisor.cancel()
+            return supervisor.run
+        except _Released:
+            settings.output.line(f"Stopped supervising run {run.id} (SIGTERM); it goes on.")
+            raise SystemExit(143) from None
+
+
+def _runs(config: ClusterConfig, *, from_cluster: bool = True) -> list[Run]:
+    """This machine's runs of the cluster, with those its nodes keep that are newer."""
+    best = {r.id: r for r in store.local_runs(config.cluster_name)}
+    if from_cluster:
+        try:
+            for run in replica.fetch(make_provider(config), config):
+                known = best.get(run.id)
+                if known is None or run.updated_at > known.updated_at:
+                    best[run.id] = run
+        except LauncherError:
+            pass
+    return sorted(best.values(), key=lambda r: r.created_at)
+
+
+def _pick(config: ClusterConfig, run_id: str | None) -> Run:
+    runs = _runs(config)
+    if run_id is None:
+        if not runs:
+            raise LauncherError(
+                f"cluster {config.cluster_name} has no runs (on this machine or its nodes); "
+                f"start one with `launcher submit {config.source} SCRIPT --recover`"
+            )
+        return runs[-1]
+    found = next((r for r in runs if r.id == run_id), None)
+    if found is None:
+        raise LauncherError(
+            f"cluster {config.cluster_name} has no run {run_id}; see its runs with "
+            f"`launcher jobs list {config.source}`"
+        )
+    return found
+
+
+def _state_of(run: Run, now: float) -> str:
+    if run.state.ended:
+        return run.state.value
+    if run.supervisor is None or not run.supervisor.live(now):
+        return f"{run.state.value} (unsupervised)"
+    return run.state.value
+
+
+def _as_json(run: Run, now: float) -> dict[str, object]:
+    return {
+        "id": run.id,
+        "cluster_name": run.cluster_name,
+        "state": run.state.value,
+        "supervised": bool(run.supervisor and run.supervisor.live(now)),
+        "script": run.script,
+        "args": list(run.args),
+        "attempts": len(run.attempts),
+        "recoveries": len(run.recoveries),
+        "restarts_on_errors": run.restarts_on_errors,
+        "time_lost_s": round(run.time_lost(now), 1),
+        "created_at": run.created_at,
+        "ended_at": run.ended_at,
+        "storage_path": run.storage_path,
+        "message": run.message,
+        "recovery_phases": [dict(r.phases) for r in run.recoveries],
+    }
+
+
+@jobs.command(name="list")
+@config_argument
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@name_option
+@click.pass_obj
+def list_runs(
+    settings: Settings, cluster_config_file: str, as_json: bool, cluster_name: str | None
+) -> None:
+    """The cluster's runs: state, attempts, head recoveries and time lost."""
+    config = cli_config(cluster_config_file, cluster_name)
+    runs = _runs(config)
+    now = time.time()
+    if as_json:
+        settings.output.json([_as_json(r, now) for r in runs])
+        return
+    if not runs:
+        settings.output.line(f"Cluster {config.cluster_name} has no runs.")
+        return
+    from rich.table import Table
+
+    table = Table(box=None)
+    for column in ("RUN", "STATE", "ATTEMPTS", "RECOVERIES", "LOST", "STARTED", "SCRIPT"):
+        table.add_column(column)
+    for run in runs:
+        table.add_row(
+            run.id,
+            _state_of(run, now),
+            str(len(run.attempts)),
+            str(len(run.recoveries)),
+            f"{run.time_lost(now):.0f} s",
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.created_at)),
+            " ".join([run.script, *run.args]),
+        )
+    settings.output.console.print(table)
+
+
+run_argument = click.argument("run_id", metavar="[RUN]", required=False)
+
+
+@jobs.command()
+@config_argument
+@run_argument
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the run ends.")
+@name_option
+@click.pass_obj
+def logs(
+    settings: Settings,
+    cluster_config_file: str,
+    run_id: str | None,
+    follow: bool,
+    cluster_name: str | None,
+) -> None:
+    """The driver's output, every attempt one after the other (the latest run by default).
+    With --follow, a run nobody supervises is taken up from here."""
+    config = cli_config(cluster_config_file, cluster_name)
+    run = _pick(config, run_id)
+    offset = _print_local_log(run, 0)
+    if offset == 0 and store.load(run.cluster_name, run.id) is None:
+        _print_head_logs(config, run)
+    if not follow or run.state.ended:
+        return
+    now = time.time()
+    if run.supervisor is not None and run.supervisor.live(now) and not run.supervisor.is_mine():
+        if store.load(run.cluster_name, run.id) is not None and run.supervisor.host == _host():
+            _tail_local(settings, run, offset)
+            return
+        raise UsageError(
+            f"run {run.id} is supervised on {run.supervisor.host} (process "
+            f"{run.supervisor.pid}); follow it there, or once it lets go"
+        )
+    settings.output.line(f"No supervisor is at work on run {run.id}: supervising it from here.")
+    _take_up(settings, run, config, cluster_name)
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def _print_local_log(run: Run, offset: int) -> int:
+    path = store.log_path(run.cluster_name, run.id)
+    try:
+        with path.open("rb") as log:
+            log.seek(offset)
+            data = log.read()
+    except OSError:
+        return offset
+    if data:
+        sys.stdout.write(data.decode("utf-8", errors="replace"))
+        sys.stdout.flush()
+    return offset + len(data)
+
+
+def _print_head_logs(config: ClusterConfig, run: Run) -> None:
+    """A run this machine has no log of: its attempts' output as the head keeps it."""
+    try:
+        session = connect(config)
+    except NoClusterError:
+        return
+    folder = driver.head_run_dir(run.id)
+    session.runner.run(
+        f'for f in $(ls {folder}/attempt-*.log 2>/dev/null | sort -V); do echo "=== $f ==="; '
+        'cat "$f"; done',
+        session.env,
+        echo=echo_line,
+    )
+
+
+def _tail_local(settings: Settings, run: Run, offset: int) -> None:
+    """Follow the run's log here while its supervisor (on this machine) writes it."""
+    try:
+        while True:
+            offset = _print_local_log(run, offset)
+            current = store.load(run.cluster_name, run.id) or run
+            if current.state.ended:
+                _print_local_log(current, offset)
+                say_run_end(settings, current)
+                sys.exit(run_exit_code(current))
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        settings.output.line(f"Stopped following run {run.id}; it goes on.")
+
+
+def _take_up(settings: Settings, run: Run, config: ClusterConfig, cluster_name: str | None) -> None:
+    """Supervise `run` here until it ends, then take the cluster down if it was to be."""
+    if not store.script_path(run).is_file() and not replica.fetch_script(
+        make_provider(config), config, run
+    ):
+        raise LauncherError(
+            f"run {run.id}'s script {run.script} is neither on this machine nor on any node; "
+            "it cannot be started again from here"
+        )
+    store.save(run)
+    try:
+        ended = supervise_here(
+            settings, run, config, Overrides(cluster_name=cluster_name), cancel=False
+        )
+    except KeyboardInterrupt:
+        sys.exit(130)
+    say_run_end(settings, ended)
+    if ended.stop:
+        down_cluster(settings, config.source or run.config_path, cluster_name)
+    sys.exit(run_exit_code(ended))
+
+
+@jobs.command()
+@config_argument
+@run_argument
+@name_option
+@click.pass_obj
+def supervise(
+    settings: Settings, cluster_config_file: str, run_id: str | None, cluster_name: str | None
+) -> None:
+    """Supervise a run from here until it ends (what `submit --recover --detach` runs):
+    take it up after its supervisor was stopped, or from another machine."""
+    config = cli_config(cluster_config_file, cluster_name)
+    run = _pick(config, run_id)
+    if run.state.ended:
+        raise LauncherError(f"run {run.id} has already ended ({run.state.value})")
+    now = time.time()
+    if run.supervisor is not None and run.supervisor.live(now) and not run.supervisor.is_mine():
+        raise LauncherError(
+            f"run {run.id} is supervised on {run.supervisor.host} by process "
+            f"{run.supervisor.pid}; stop that one first"
+        )
+    _take_up(settings, run, config, cluster_name)
+
+
+@jobs.command()
+@config_argument
+@run_argument
+@click.option("--stop", is_flag=True, help="Take the cluster down too.")
+@yes_option
+@name_option
+@click.pass_obj
+def cancel(
+    settings: Settings,
+    cluster_config_file: str,
+    run_id: str | None,
+    stop: bool,
+    yes: bool,
+    cluster_name: str | None,
+) -> None:
+    """Cancel a run: its driver is stopped and it is not started again."""
+    config = cli_config(cluster_config_file, cluster_name)
+    run = _pick(config, run_id)
+    if run.state.ended:
+        raise LauncherError(
+            f"run {run.id} has already ended ({run.state.value}); nothing to cancel"
+        )
+    question = f"Cancel run {run.id} of cluster {config.cluster_name}" + (
+        " and take the cluster down?" if stop else "?"
+    )
+    if not confirmer(yes)(question):
+        raise click.exceptions.Exit(1)
+    attempt = run.attempt
+    stopped = attempt is None or attempt.ended_at is not None
+    if not stopped and attempt is not None:
+        try:
+            session = connect(config, any_status=True)
+            stopped = driver.cancel(session.runner, session.env, run.id, attempt.number)
+        except LauncherError as exc:
+            settings.output.line(f"could not reach the head to stop the driver: {exc}")
+    supervised = run.supervisor is not None and run.supervisor.live(time.time())
+    if not supervised:
+        ended = _ended(run, stopped)
+        store.save(ended)
+        with suppress(LauncherError):
+            replica.push(make_provider(config), config, ended)
+    elif run.supervisor is not None and run.supervisor.host == _host():
+        _wait_cancelled(run)
+    settings.output.line(
+        f"Cancelled run {run.id}"
+        + ("; its driver is stopped." if stopped else " (its driver was not reached).")
+    )
+    if stop:
+        down_cluster(settings, cluster_config_file, cluster_name)
+    if not stopped:
+        sys.exit(1)
+
+
+def _ended(run: Run, stopped: bool) -> Run:
+    import dataclasses
+
+    return dataclasses.replace(
+        run,
+        state=RunState.CANCELLED,
+        cancel_requested=True,
+        message="cancelled" if stopped else "cancelled (driver unreached)",
+        ended_at=time.time(),
+        updated_at=time.time(),
+    )
+
+
+def _wait_cancelled(run: Run, timeout_s: float = 60.0) -> None:
+    """Until the run's supervisor (on this machine) has seen it cancelled."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        current = store.load(run.cluster_name, run.id)
+        if current is None or current.state.ended:
+            return
+        time.sleep(0.3)

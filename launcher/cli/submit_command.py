@@ -1,0 +1,163 @@
+"""`launcher submit`: Ray's verb and flags, plus recovering runs (`--recover`, see runs/)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from launcher.cli.app import Settings, cli
+from launcher.cli.cluster_commands import (
+    cache_option,
+    config_argument,
+    echo_line,
+    name_option,
+    port_option,
+    report_session,
+    run_with_lifecycle,
+    session_options,
+)
+from launcher.cli.jobs_commands import run_exit_code, say_run_end, supervise_here
+from launcher.cluster import ops
+from launcher.cluster.head import connect
+from launcher.config.loader import Overrides, load_config
+from launcher.config.model import ClusterConfig
+from launcher.errors import UsageError
+from launcher.runs import launch
+from launcher.runs.storage import check_storage
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@config_argument
+@click.argument("script", type=click.Path(exists=True, dir_okay=False))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--start", is_flag=True, help="Start the cluster first if needed.")
+@click.option(
+    "--stop",
+    is_flag=True,
+    help="Take the cluster down after the script, even if it fails or is interrupted "
+    "(with --recover: once the run has ended).",
+)
+@click.option(
+    "--recover/--no-recover",
+    default=None,
+    help="Survive the loss of any node, the head included: a supervisor outside the head "
+    "brings up a new head, keeps the workers that live and starts the script again, which "
+    "resumes from its storage (Tune's storage_path) [default: metadata.launcher.recover].",
+)
+@click.option(
+    "--storage-path",
+    metavar="PATH",
+    help="With --recover: where the run keeps its checkpoints, reached by every node and "
+    "outliving the head (s3://, gs://, a shared file system); checked before the run starts "
+    "and given to the script as LAUNCHER_STORAGE_PATH.",
+)
+@click.option(
+    "--max-restarts-on-errors",
+    type=click.IntRange(0, 1000),
+    default=None,
+    help="With --recover: start the script again this often after it fails by itself (no "
+    "node lost) [default: 0, or metadata.launcher.recover's].",
+)
+@click.option(
+    "--detach",
+    is_flag=True,
+    help="With --recover: supervise the run from a process of its own and return once it "
+    "has started; follow it with `launcher jobs logs --follow`.",
+)
+@session_options
+@port_option
+@name_option
+@cache_option
+@click.pass_obj
+def submit(
+    settings: Settings,
+    cluster_config_file: str,
+    script: str,
+    script_args: tuple[str, ...],
+    start: bool,
+    stop: bool,
+    recover: bool | None,
+    storage_path: str | None,
+    max_restarts_on_errors: int | None,
+    detach: bool,
+    screen: bool,
+    tmux: bool,
+    port_forward: tuple[tuple[int, int], ...],
+    cluster_name: str | None,
+    no_config_cache: bool,
+) -> None:
+    """Copy a Python script to the head node and run it there; exits with its code."""
+    options = ops.RunOptions(screen=screen, tmux=tmux, port_forward=port_forward)
+    recovering = recover is True or (recover is None and _config_recovers(cluster_config_file))
+    if not recovering:
+        if detach or storage_path or max_restarts_on_errors is not None:
+            raise UsageError(
+                "--detach, --storage-path and --max-restarts-on-errors go with --recover"
+            )
+
+        def action(config: ClusterConfig) -> int:
+            code, session = ops.submit_script(config, script, script_args, options, echo_line)
+            report_session(settings, session, "tmux" if tmux else "screen")
+            return code
+
+        sys.exit(
+            run_with_lifecycle(settings, cluster_config_file, cluster_name, start, stop, action)
+        )
+    if screen or tmux or port_forward:
+        raise UsageError(
+            "--screen, --tmux and --port-forward do not go with --recover: the run is "
+            "detached on the head already (follow it with `launcher jobs logs --follow`)"
+        )
+    if (
+        storage_path is not None
+        and "://" not in storage_path
+        and not storage_path.startswith(("/", "~"))
+    ):
+        raise UsageError(
+            f"--storage-path {storage_path} is relative: give an absolute path every node "
+            "reaches, or a URI such as s3://BUCKET/PATH"
+        )
+
+    def recovering_action(config: ClusterConfig) -> int:
+        chosen = launch.settings_for(config, True, storage_path, max_restarts_on_errors)
+        assert chosen is not None
+        if chosen.storage_path:
+            settings.output.line(check_storage(connect(config), chosen.storage_path))
+        else:
+            settings.output.line(
+                "warning: no storage path (--storage-path, metadata.launcher.recover."
+                "storage_path): after a lost head the script starts again from what it keeps "
+                "itself; Tune and Train resume only from storage every node reaches"
+            )
+        run = launch.create_run(config, Path(script), script_args, chosen, stop=stop and detach)
+        if detach:
+            process = launch.spawn_supervisor(run, cluster_name)
+            started = launch.wait_first_attempt(run, process)
+            settings.output.line(
+                f"Run {run.id} started (attempt {len(started.attempts)}); supervised from this "
+                f"machine by process {process.pid}, which outlives this command. Follow it with "
+                f"`launcher jobs logs {cluster_config_file} {run.id} --follow`"
+                + (" ; the cluster goes down once it ends." if stop else ".")
+            )
+            return 0
+        ended = supervise_here(settings, run, config, Overrides(cluster_name=cluster_name))
+        say_run_end(settings, ended)
+        return run_exit_code(ended)
+
+    sys.exit(
+        run_with_lifecycle(
+            settings,
+            cluster_config_file,
+            cluster_name,
+            start,
+            stop and not detach,
+            recovering_action,
+        )
+    )
+
+
+def _config_recovers(path: str) -> bool:
+    """Whether the config turns recovery on (read again by the command itself)."""
+    return load_config(path, Overrides()).recover.enabled

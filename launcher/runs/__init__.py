@@ -1,0 +1,1 @@
+"""Runs that outlive their head: `launcher submit --recover` and `launcher jobs`."""

@@ -1,0 +1,434 @@
+"""The supervisor of a recovering run: from outside the head, it starts the driver, follows
+its output, and when the head is lost, replaces it (recovery.py) and starts the driver
+again, which resumes from the run's storage. It ends the run when the driver succeeds, is
+cancelled, or fails by itself more often than allowed.
+
+It runs where `launcher submit --recover` runs (attached), or as a process of its own there
+(`--detach`), or wherever `launcher jobs supervise` is run later: the run's state is kept
+(store.py, and a copy on the cluster's nodes) and held by one supervisor at a time (a lease
+renewed every few seconds), so any machine with the cluster file can take it up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from launcher.cluster.head import HeadSession, connect
+from launcher.config.loader import Overrides
+from launcher.config.model import ClusterConfig
+from launcher.errors import LauncherError, NoClusterError
+from launcher.events import EventSink
+from launcher.providers.base import Node, NodeKind, NodeProvider, NodeState
+from launcher.providers.factory import make_provider
+from launcher.runs import decide, driver, recovery, replica, store
+from launcher.runs.model import Attempt, AttemptEnd, Lease, Recovery, Run, RunState
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SuperviseOptions:
+    list_every_s: float = 2.0  # how often the nodes are listed (and the lease renewed)
+    probe_every_s: float = 10.0  # how often a head whose driver is followed is asked
+    head_silence_s: float = 60.0  # a listed head that answers nothing this long is lost
+    workers_timeout_s: float = 600.0  # how long kept workers may take to rejoin
+    recovery_tries: int = 3  # a head that cannot be brought up is tried this often
+
+
+class Supervisor:
+    def __init__(
+        self,
+        run: Run,
+        config: ClusterConfig,
+        overrides: Overrides,
+        say: Say,
+        echo: Say,
+        events: EventSink,
+        options: SuperviseOptions | None = None,
+    ) -> None:
+        self.run = run
+        self.config = config
+        self.overrides = overrides
+        self.say = say
+        self.echo = echo
+        self.events = events
+        self.options = options or SuperviseOptions()
+        self.provider: NodeProvider = make_provider(config)
+        self._follower: _Follower | None = None
+        self._workers_at_start: set[str] = set()
+        self._nodes_lost = False
+        self._silent_since: float | None = None
+        self._last_probe = 0.0
+
+    # -- the loop -------------------------------------------------------------------------
+    def supervise(self) -> Run:
+        """Until the run ends. Returns it ended."""
+        self._update(supervisor=Lease.mine(time.time()))
+        try:
+            while not self.run.state.ended:
+                if self.run.state is RunState.RECOVERING:
+                    self._recover()
+                elif self.run.attempt is None or self.run.attempt.ended_at is not None:
+                    self._start_attempt()
+                else:
+                    self._watch()
+        finally:
+            self._update(supervisor=None)
+        return self.run
+
+    def _update(self, push: bool = False, **changes: object) -> None:
+        self.run = dataclasses.replace(self.run, updated_at=time.time(), **changes)  # type: ignore[arg-type]
+        store.save(self.run)
+        if push:
+            replica.push(self.provider, self.config, self.run)
+
+    def _heartbeat(self) -> None:
+        self._update(supervisor=Lease.mine(time.time()))
+
+    # -- attempts -------------------------------------------------------------------------
+    def _cancelled_elsewhere(self) -> bool:
+        """Whether `launcher jobs cancel` on this machine asked for the run to end."""
+        kept = store.load(self.run.cluster_name, self.run.id)
+        if kept is not None and kept.cancel_requested and not self.run.cancel_requested:
+            self.run = dataclasses.replace(self.run, cancel_requested=True)
+        return self.run.cancel_requested
+
+    def _start_attempt(self) -> None:
+        if self._cancelled_elsewhere():
+            self._finish(RunState.CANCELLED, "cancelled")
+            return
+        try:
+            session = connect(self.config, self.provider)
+        except NoClusterError:
+            self._begin_recovery(None, "there is no running head")
+            return
+        number = len(self.run.attempts) + 1
+        why = "" if number == 1 else f" (after {self.run.attempts[-1].end or 'a stop'})"
+        driver.start(
+            session,
+            self.run.id,
+            number,
+            str(store.script_path(self.run)),
+            self.run.args,
+            self.run.storage_path,
+        )
+        now = time.time()
+        store.append_log(
+            self.run.cluster_name, self.run.id, store.attempt_banner(number, session.head.id, why)
+        )
+        self.say(f"run {self.run.id}: attempt {number} started on head {session.head.id}{why}")
+        self.run = self.run.with_attempt(Attempt(number, session.head.id, now))
+        open_recovery = self.run.open_recovery
+        if open_recovery is not None:
+            phases = {**open_recovery.phases, "driver_started": now - open_recovery.seen_at}
+            self.run = self.run.with_recovery(
+                dataclasses.replace(open_recovery, phases=phases, ended_at=now)
+            )
+        self._workers_at_start = {
+            n.id for n in self.provider.workers() if n.state is NodeState.RUNNING
+        }
+        self._nodes_lost = False
+        self._update(push=True, state=RunState.RUNNING)
+        self._start_follower(session)
+
+    def _start_follower(self, session: HeadSession) -> None:
+        attempt = self.run.attempt
+        assert attempt is not None
+        env = driver.driver_env(session, self.run.id, attempt.number, self.run.storage_path)
+        follower = _Follower(self.run.cluster_name, self.run.id, self.echo)
+
+        def follow() -> None:
+            try:
+                driver.follow(
+                    session.runner,
+                    env,
+                    self.run.id,
+                    attempt.number,
+                    attempt.log_bytes,
+                    follower.line,
+                )
+            except LauncherError:
+                pass
+            finally:
+                follower.done.set()
+
+        self._follower = follower
+        threading.Thread(target=follow, name=f"follow-{self.run.id}", daemon=True).start()
+
+    def _drop_follower(self) -> None:
+        if self._follower is not None:
+            self._follower.stale = True
+        self._follower = None
+
+    def _watch(self) -> None:
+        """One listing's worth of watching the current attempt."""
+        attempt = self.run.attempt
+        assert attempt is not None
+        if self._follower is None:
+            try:
+                session = connect(self.config, self.provider, any_status=True)
+            except NoClusterError:
+                session = None
+            if session is None or session.head.id != attempt.head_id:
+                self._end_attempt(AttemptEnd.HEAD_LOST, None)
+                self._begin_recovery(attempt.head_id, "it is no longer listed")
+                return
+            self._start_follower(session)
+        follower = self._follower
+        assert follower is not None
+        follower.done.wait(self.options.list_every_s)
+        self._save_progress()
+        nodes = self.provider.nodes()
+        head = next((n for n in nodes if n.id == attempt.head_id), None)
+        self._note_losses(nodes)
+        silent = self._probe(head) if not follower.done.is_set() else 0.0
+        why = decide.head_lost(head, silent, self.options.head_silence_s)
+        if why is None and follower.done.is_set():
+            why = self._driver_gone(attempt)
+            if why is None:
+                return
+        if why is not None:
+            self._end_attempt(AttemptEnd.HEAD_LOST, None)
+            self._begin_recovery(attempt.head_id, why, head)
+
+    def _save_progress(self) -> None:
+        attempt = self.run.attempt
+        assert attempt is not None
+        if self._follower is not None:
+            followed = self._follower.take_bytes()
+            self.run = self.run.with_attempt(
+                dataclasses.replace(attempt, log_bytes=attempt.log_bytes + followed)
+            )
+        self._heartbeat()
+
+    def _note_losses(self, nodes: list[Node]) -> None:
+        listed = {n.id: n for n in nodes if n.kind is NodeKind.WORKER}
+        for worker in self._workers_at_start:
+            node = listed.get(worker)
+            if node is None or node.state is not NodeState.RUNNING:
+                self._nodes_lost = True
+
+    def _probe(self, head: Node | None) -> float:
+        """How long the head has not answered (asked every probe_every_s)."""
+        now = time.monotonic()
+        if head is None or now - self._last_probe < self.options.probe_every_s:
+            return 0.0 if self._silent_since is None else now - self._silent_since
+        self._last_probe = now
+        try:
+            session = connect(self.config, self.provider, head, any_status=True)
+            answered = session.runner.run("true", session.env, timeout=20).ok
+        except LauncherError:
+            answered = False
+        if answered:
+            self._silent_since = None
+        elif self._silent_since is None:
+            self._silent_since = now
+        return 0.0 if self._silent_since is None else now - self._silent_since
+
+    def _driver_gone(self, attempt: Attempt) -> str | None:
+        """The follower stopped: the driver ended (the attempt is ended here, and None
+        returned), the connection broke (followed again; None), or the head no longer
+        answers (why it is lost)."""
+        self._save_progress()
+        self._drop_follower()
+        try:
+            session = connect(self.config, self.provider, any_status=True)
+            seen = driver.outcome(session.runner, session.env, self.run.id, attempt.number)
+        except LauncherError as exc:
+            now = time.monotonic()
+            self._silent_since = self._silent_since or now
+            if now - self._silent_since >= self.options.head_silence_s:
+                return f"it has not answered for {now - self._silent_since:.0f} s ({exc})"
+            time.sleep(min(2.0, self.options.list_every_s))
+            return None
+        self._silent_since = None
+        if seen.running:
+            return None  # the connection broke: follow again from where it was
+        tail = self._log_tail()
+        end = decide.attempt_end(seen.exit_code, seen.cancelled, self._nodes_lost, tail)
+        self._end_attempt(end, seen.exit_code)
+        nxt = decide.after_attempt(self.run, end, seen.exit_code)
+        self.say(f"run {self.run.id}: {nxt.why}")
+        if nxt.again:
+            restarts = self.run.restarts_on_errors + (1 if nxt.counts_as_error else 0)
+            self._update(push=True, restarts_on_errors=restarts, message=nxt.why)
+        else:
+            self._finish(nxt.state, nxt.why)
+        return None
+
+    def _log_tail(self) -> str:
+        path = store.log_path(self.run.cluster_name, self.run.id)
+        try:
+            with path.open("rb") as log:
+                log.seek(max(0, path.stat().st_size - 16384))
+                return log.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def _end_attempt(self, end: AttemptEnd, exit_code: int | None) -> None:
+        attempt = self.run.attempt
+        assert attempt is not None
+        if attempt.ended_at is not None:
+            return
+        self.run = self.run.with_attempt(
+            dataclasses.replace(attempt, ended_at=time.time(), exit_code=exit_code, end=end)
+        )
+        self._update()
+
+    def _finish(self, state: RunState, why: str) -> None:
+        self._update(push=True, state=state, message=why, ended_at=time.time())
+
+    # -- recovery -------------------------------------------------------------------------
+    def _begin_recovery(self, lost_head: str | None, why: str, head: Node | None = None) -> None:
+        self._drop_follower()
+        if self._cancelled_elsewhere():
+            self._finish(RunState.CANCELLED, "cancelled")
+            return
+        lost = lost_head or "(none)"
+        self.say(f"run {self.run.id}: head {lost} lost: {why}; recovering")
+        preempted = head is not None and head.state is NodeState.PREEMPTED
+        recovery_ = Recovery(lost, ("preempted: " if preempted else "") + why, time.time())
+        self.run = self.run.with_recovery(recovery_)
+        self._update(push=True, state=RunState.RECOVERING, message=f"head lost: {why}")
+
+    def _recover(self) -> None:
+        open_recovery = self.run.open_recovery
+        if open_recovery is None:  # the driver was never started on a new head
+            self._update(state=RunState.RUNNING)
+            return
+        head_type = decide.new_head_type(
+            self.config.head_node_type,
+            tuple(self.config.fallbacks.get(self.config.head_node_type, ())),
+            open_recovery.why.startswith("preempted"),
+            self.run.same_head_type,
+        )
+
+        def phase(name: str) -> None:
+            current = self.run.open_recovery
+            if current is None or name in current.phases:
+                return
+            at = time.time() - current.seen_at
+            self.run = self.run.with_recovery(
+                dataclasses.replace(current, phases={**current.phases, name: at})
+            )
+            self._heartbeat()
+
+        problem = None
+        for attempt in range(1, self.options.recovery_tries + 1):
+            try:
+                replaced = recovery.replace_head(
+                    self.config.source or self.run.config_path,
+                    self.overrides,
+                    self.config,
+                    self.provider,
+                    open_recovery.lost_head,
+                    head_type,
+                    self.events,
+                    phase,
+                    self.options.workers_timeout_s,
+                )
+            except LauncherError as exc:
+                problem = str(exc)
+                self.say(
+                    f"run {self.run.id}: bringing up a new head failed (try {attempt} of "
+                    f"{self.options.recovery_tries}): {problem}"
+                )
+                time.sleep(min(30.0, 5.0 * attempt))
+                continue
+            current = self.run.open_recovery or open_recovery
+            self.run = self.run.with_recovery(
+                dataclasses.replace(
+                    current,
+                    new_head=replaced.head.id,
+                    new_head_type=replaced.head.node_type,
+                    adopted=replaced.rejoined,
+                )
+            )
+            kept = len(replaced.rejoined)
+            self.say(
+                f"run {self.run.id}: new head {replaced.head.id} ({replaced.head.node_type}) "
+                f"up; {kept} worker(s) kept and rejoined"
+                + (f": {', '.join(replaced.rejoined)}" if kept else "")
+            )
+            self._update(push=True, state=RunState.RUNNING)
+            return
+        storage = self.run.storage_path
+        self._finish(
+            RunState.FAILED,
+            f"the head was lost and could not be replaced: {problem}"
+            + (f"; the run's storage is kept at {storage}" if storage else ""),
+        )
+
+    # -- cancel ---------------------------------------------------------------------------
+    def cancel(self) -> bool:
+        """Stop the driver (Ctrl-C of an attached supervisor); True once seen stopped."""
+        self._update(cancel_requested=True)
+        attempt = self.run.attempt
+        stopped = True
+        if attempt is not None and attempt.ended_at is None:
+            try:
+                session = connect(self.config, self.provider, any_status=True)
+                stopped = driver.cancel(session.runner, session.env, self.run.id, attempt.number)
+            except LauncherError:
+                stopped = False
+            if stopped:
+                self._end_attempt(AttemptEnd.CANCELLED, None)
+        self._finish(RunState.CANCELLED, "cancelled" if stopped else "cancelled (driver unreached)")
+        return stopped
+
+
+def new_run(
+    run_id: str,
+    config: ClusterConfig,
+    script: str,
+    args: tuple[str, ...],
+    *,
+    storage_path: str | None,
+    max_restarts_on_errors: int,
+    stop: bool,
+    same_head_type: bool,
+) -> Run:
+    return Run(
+        id=run_id,
+        cluster_name=config.cluster_name,
+        config_path=config.source or "",
+        script=script,
+        args=args,
+        created_at=time.time(),
+        storage_path=storage_path,
+        max_restarts_on_errors=max_restarts_on_errors,
+        stop=stop,
+        same_head_type=same_head_type,
+    )
+
+
+class _Follower:
+    """One attempt's output as it is followed: each line into the run's log and to `echo`,
+    and how many bytes that was since last asked."""
+
+    def __init__(self, cluster_name: str, run_id: str, echo: Say) -> None:
+        self.cluster_name = cluster_name
+        self.run_id = run_id
+        self.echo = echo
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+        self._bytes = 0
+        self.stale = False  # set once the attempt no longer counts it
+
+    def line(self, text: str) -> None:
+        if self.stale:
+            return
+        data = (text + "\n").encode("utf-8", errors="replace")
+        with self._lock:
+            store.append_log(self.cluster_name, self.run_id, data)
+            self._bytes += len(data)
+        self.echo(text)
+
+    def take_bytes(self) -> int:
+        with self._lock:
+            taken, self._bytes = self._bytes, 0
+        return taken

@@ -164,7 +164,17 @@ def _as_json(run: Run, now: float) -> dict[str, object]:
         "ended_at": run.ended_at,
         "storage_path": run.storage_path,
         "message": run.message,
-        "recovery_phases": [dict(r.phases) for r in run.recoveries],
+        "recoveries_detail": [
+            {
+                "lost_head": r.lost_head,
+                "why": r.why,
+                "new_head": r.new_head,
+                "new_head_type": r.new_head_type,
+                "kept_workers": list(r.adopted),
+                "phases_s": dict(r.phases),
+            }
+            for r in run.recoveries
+        ],
     }
 
 

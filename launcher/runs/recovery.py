@@ -76,6 +76,10 @@ def retire_head(
                     "`launcher status`"
                 )
         kept = adoptable(listed)
+        if any(n.kind is NodeKind.HEAD and n not in old for n in listed):
+            # A new head made by an earlier try: the workers were marked then, and its
+            # autoscaler may have started their Ray against it already.
+            return tuple(n.id for n in kept)
         for node in kept:
             if node.status is not NodeStatus.UNINITIALIZED:
                 provider.set_tags(node.id, {TAG_STATUS: NodeStatus.UNINITIALIZED})

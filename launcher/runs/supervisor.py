@@ -300,10 +300,14 @@ class Supervisor:
         if open_recovery is None:  # the driver was never started on a new head
             self._update(state=RunState.RUNNING)
             return
+        lost = next((n for n in self.provider.nodes() if n.id == open_recovery.lost_head), None)
+        preempted = open_recovery.why.startswith("preempted") or (
+            lost is not None and lost.state is NodeState.PREEMPTED
+        )
         head_type = decide.new_head_type(
             self.config.head_node_type,
             tuple(self.config.fallbacks.get(self.config.head_node_type, ())),
-            open_recovery.why.startswith("preempted"),
+            preempted,
             self.run.same_head_type,
         )
 

@@ -279,14 +279,15 @@ class LocalhostProvider(NodeProvider):
         if record is None:
             return False
         path, data = record
+        # Listed taken back first, as a cloud lists it: never seen merely dead in between.
+        data["reclaimed_at"] = time.time()
+        _write_json(path, data)
         spec = self._container(data)
         if spec is not None:
             problem = _remove_container(spec.engine, self._container_name(node.id, spec.name))
             if problem:
                 raise ProviderError(f"could not reclaim {node.id}: {problem}")
         kill_processes(self._processes(node.id))
-        data["reclaimed_at"] = time.time()
-        _write_json(path, data)
         return True
 
     def cleanup(self, purge: bool = False) -> list[str]:

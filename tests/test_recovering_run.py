@@ -65,7 +65,7 @@ def _checkpointed(storage: Path, at_least: int) -> bool:
 def _reclaim(*extra: str) -> str:
     killed = run("kill-random-node", str(CLUSTER), "--hard", "-y", *extra, timeout=180)
     assert killed.returncode == 0, killed.stdout + killed.stderr
-    found = re.search(r"Reclaimed (?:head|worker) (\S+)", killed.stdout)
+    found = re.search(r"(?:Reclaimed|Terminated) (?:head|worker) (\S+)", killed.stdout)
     assert found, killed.stdout
     return found.group(1)
 
@@ -198,7 +198,9 @@ def test_a_detached_run_survives_two_head_losses_and_its_supervisor_killed(
     assert ended["state"] == "succeeded" and ended["attempts"] == 3, ended
     first, second = ended["recoveries_detail"]
     assert set(first["kept_workers"]) == workers
-    assert set(second["kept_workers"]) == workers - {lost_worker}
+    # The worker that lived is kept again; the lost one is not (its replacement may be).
+    assert workers - {lost_worker} <= set(second["kept_workers"])
+    assert lost_worker not in second["kept_workers"]
     logs = run("jobs", "logs", str(CLUSTER), run_id, timeout=60)
     assert logs.returncode == 0
     assert [f"attempt {n}" in logs.stdout for n in (1, 2, 3)] == [True] * 3

@@ -199,8 +199,9 @@ def list_runs(
     from rich.table import Table
 
     table = Table(box=None)
-    for column in ("RUN", "STATE", "ATTEMPTS", "RECOVERIES", "LOST", "STARTED", "SCRIPT"):
-        table.add_column(column)
+    for column in ("RUN", "STATE", "ATTEMPTS", "RECOVERIES", "LOST", "STARTED"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("SCRIPT", no_wrap=True, overflow="ellipsis")
     for run in runs:
         table.add_row(
             run.id,

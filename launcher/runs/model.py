@@ -14,6 +14,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 # A supervisor that has not written its heartbeat for this long is gone: another may take
@@ -93,6 +94,16 @@ class Lease:
 
 
 def _process_runs(pid: int) -> bool:
+    """Whether process `pid` of this machine runs (a zombie, killed and not yet reaped by
+    a parent that is gone, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        stat = ""
+    if stat:
+        return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

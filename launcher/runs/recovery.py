@@ -9,7 +9,7 @@
    which replaces them as it replaces any.
 3. A new head is brought up as `launcher up` does (the same steps, the same autoscaler),
    of the type `decide.new_head_type` chose.
-4. Wait until the kept workers have rejoined (or failed, or gone) and min_workers are up.
+4. Wait until the kept workers have rejoined (or failed, or gone).
 
 Each step is idempotent, with the provider's listing as the truth: a supervisor killed
 halfway and started again does the steps again and finds the done ones done (a new head
@@ -128,14 +128,13 @@ def bring_up_head(
 
 def wait_rejoined(
     provider: NodeProvider,
-    config: ClusterConfig,
     adopted: Sequence[str],
     events: EventSink,
     timeout_s: float,
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[str, ...]:
-    """Step 4: until every kept worker is up to date against the new head, failed or gone,
-    then min_workers. Returns those that rejoined."""
+    """Step 4: until every kept worker is up to date against the new head, failed or gone.
+    Returns those that rejoined."""
     deadline = time.monotonic() + timeout_s
     wanted = set(adopted)
     while True:
@@ -158,12 +157,9 @@ def wait_rejoined(
             )
             break
         sleep(1.0)
-    rejoined = tuple(
-        i for i, n in workers.items() if n.status is NodeStatus.UP_TO_DATE and i in wanted
-    )
-    left = max(10.0, deadline - time.monotonic())
-    lifecycle.wait_for_min_workers(provider, config, events, left)
-    return rejoined
+    # min_workers are the new autoscaler's to keep (a fallback may stand in for a type
+    # that was just taken back): the run goes on with what rejoined.
+    return tuple(i for i, n in workers.items() if n.status is NodeStatus.UP_TO_DATE)
 
 
 def replace_head(
@@ -183,6 +179,6 @@ def replace_head(
     if adopted:
         events(Message(f"keeping {len(adopted)} worker(s): {', '.join(adopted)}"))
     head = bring_up_head(path, overrides, head_type, events, on_phase)
-    rejoined = wait_rejoined(provider, config, adopted, events, workers_timeout_s)
+    rejoined = wait_rejoined(provider, adopted, events, workers_timeout_s)
     on_phase("workers_rejoined")
     return Replaced(head, adopted, rejoined)

@@ -25,7 +25,7 @@ from launcher.events import EventSink
 from launcher.providers.base import Node, NodeKind, NodeProvider, NodeState
 from launcher.providers.factory import make_provider
 from launcher.runs import decide, driver, recovery, replica, store
-from launcher.runs.model import Attempt, AttemptEnd, Lease, Recovery, Run, RunState
+from launcher.runs.model import LEASE_S, Attempt, AttemptEnd, Lease, Recovery, Run, RunState
 
 Say = Callable[[str], None]
 
@@ -37,6 +37,7 @@ class SuperviseOptions:
     head_silence_s: float = 60.0  # a listed head that answers nothing this long is lost
     workers_timeout_s: float = 600.0  # how long kept workers may take to rejoin
     recovery_tries: int = 3  # a head that cannot be brought up is tried this often
+    killed_grace_s: float = 10.0  # a killed driver's head is watched this long for its loss
 
 
 class Supervisor:
@@ -59,6 +60,10 @@ class Supervisor:
         self.options = options or SuperviseOptions()
         self.provider: NodeProvider = make_provider(config)
         self._follower: _Follower | None = None
+        # The run is changed by the loop and its lease renewed by a thread of its own (a
+        # recovery step may take minutes): one at a time.
+        self._lock = threading.RLock()
+        self._stopped = threading.Event()
         self._workers_at_start: set[str] = set()
         self._nodes_lost = False
         self._silent_since: float | None = None
@@ -68,6 +73,8 @@ class Supervisor:
     def supervise(self) -> Run:
         """Until the run ends. Returns it ended."""
         self._update(supervisor=Lease.mine(time.time()))
+        beat = threading.Thread(target=self._beat, name=f"lease-{self.run.id}", daemon=True)
+        beat.start()
         try:
             while not self.run.state.ended:
                 if self.run.state is RunState.RECOVERING:
@@ -77,12 +84,23 @@ class Supervisor:
                 else:
                     self._watch()
         finally:
+            self._stopped.set()
+            beat.join()
             self._update(supervisor=None)
         return self.run
 
+    def _beat(self) -> None:
+        """Renew the lease every few seconds until the loop ends."""
+        while not self._stopped.wait(LEASE_S / 6):
+            with self._lock:  # the loop's own changes are saved by the loop
+                store.save(dataclasses.replace(self.run, supervisor=Lease.mine(time.time())))
+
     def _update(self, push: bool = False, **changes: object) -> None:
-        self.run = dataclasses.replace(self.run, updated_at=time.time(), **changes)  # type: ignore[arg-type]
-        store.save(self.run)
+        now = time.time()
+        changes.setdefault("supervisor", Lease.mine(now))
+        with self._lock:
+            self.run = dataclasses.replace(self.run, updated_at=now, **changes)  # type: ignore[arg-type]
+            store.save(self.run)
         if push:
             replica.push(self.provider, self.config, self.run)
 
@@ -248,6 +266,13 @@ class Supervisor:
         self._silent_since = None
         if seen.running:
             return None  # the connection broke: follow again from where it was
+        if seen.exit_code is None and not seen.cancelled:
+            # Killed, not exited: as often as not by its head going (a machine that shuts
+            # down stops its processes first, and is listed gone only after). Watched a
+            # while before the driver is started there again.
+            why = self._head_going(attempt)
+            if why is not None or self._silent_since is not None:
+                return why  # lost, or silent: asked again next round until it is lost
         tail = self._log_tail()
         end = decide.attempt_end(seen.exit_code, seen.cancelled, self._nodes_lost, tail)
         self._end_attempt(end, seen.exit_code)
@@ -259,6 +284,19 @@ class Supervisor:
         else:
             self._finish(nxt.state, nxt.why)
         return None
+
+    def _head_going(self, attempt: Attempt) -> str | None:
+        """Why the attempt's head is lost, if it is seen so within killed_grace_s."""
+        deadline = time.monotonic() + self.options.killed_grace_s
+        while True:
+            head = next((n for n in self.provider.nodes() if n.id == attempt.head_id), None)
+            self._last_probe = 0.0  # ask it now
+            why = decide.head_lost(head, self._probe(head), self.options.head_silence_s)
+            if why is not None or self._silent_since is not None:
+                return why
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(1.0)
 
     def _log_tail(self) -> str:
         path = store.log_path(self.run.cluster_name, self.run.id)

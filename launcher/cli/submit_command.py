@@ -131,7 +131,7 @@ def submit(
                 "storage_path): after a lost head the script starts again from what it keeps "
                 "itself; Tune and Train resume only from storage every node reaches"
             )
-        run = launch.create_run(config, Path(script), script_args, chosen, stop=stop and detach)
+        run = launch.create_run(config, Path(script), script_args, chosen, stop=stop)
         if detach:
             process = launch.spawn_supervisor(run, cluster_name)
             started = launch.wait_first_attempt(run, process)

@@ -118,6 +118,10 @@ class NodeProvider(ABC):
     # Whether the nodes are reached over SSH with the config's `auth` (so commands that
     # reach them from the user's machine need `auth.ssh_private_key` there).
     logs_in_over_ssh = False
+    # Whether a lost head can be replaced by a new machine (a recovering run's supervisor
+    # does so). False where the head is one given machine (on-prem: `provider.head_ip`):
+    # only its Ray can be started again there, once the machine answers.
+    replaces_lost_head = True
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         self.config = config

@@ -172,13 +172,15 @@ def replace_head(
     events: EventSink,
     on_phase: PhaseSink,
     workers_timeout_s: float = 600.0,
+    ready_timeout_s: float = 300.0,
 ) -> Replaced:
-    """Steps 1 to 4 (see the module)."""
+    """Steps 1 to 4 (see the module). `ready_timeout_s`: how long the new head may take to
+    accept commands."""
     adopted = retire_head(config, provider, lost_head, events)
     on_phase("old_head_gone")
     if adopted:
         events(Message(f"keeping {len(adopted)} worker(s): {', '.join(adopted)}"))
-    head = bring_up_head(path, overrides, head_type, events, on_phase)
+    head = bring_up_head(path, overrides, head_type, events, on_phase, ready_timeout_s)
     rejoined = wait_rejoined(provider, adopted, events, workers_timeout_s)
     on_phase("workers_rejoined")
     return Replaced(head, adopted, rejoined)

@@ -68,6 +68,7 @@ class Supervisor:
         self._nodes_lost = False
         self._silent_since: float | None = None
         self._last_probe = 0.0
+        self._list_failing = False
 
     # -- the loop -------------------------------------------------------------------------
     def supervise(self) -> Run:
@@ -147,7 +148,9 @@ class Supervisor:
                 dataclasses.replace(open_recovery, phases=phases, ended_at=now)
             )
         self._workers_at_start = {
-            n.id for n in self.provider.workers() if n.state is NodeState.RUNNING
+            n.id
+            for n in self._list() or []
+            if n.kind is NodeKind.WORKER and n.state is NodeState.RUNNING
         }
         self._nodes_lost = False
         self._update(push=True, state=RunState.RUNNING)
@@ -200,7 +203,15 @@ class Supervisor:
         assert follower is not None
         follower.done.wait(self.options.list_every_s)
         self._save_progress()
-        nodes = self.provider.nodes()
+        nodes = self._list()
+        if nodes is None:  # counted as the head not answering
+            self._silent_since = self._silent_since or time.monotonic()
+            silent = time.monotonic() - self._silent_since
+            if silent < self.options.head_silence_s:
+                return
+            self._end_attempt(AttemptEnd.HEAD_LOST, None)
+            self._begin_recovery(attempt.head_id, f"it has not answered for {silent:.0f} s")
+            return
         head = next((n for n in nodes if n.id == attempt.head_id), None)
         self._note_losses(nodes)
         silent = self._probe(head) if not follower.done.is_set() else 0.0
@@ -289,7 +300,7 @@ class Supervisor:
         """Why the attempt's head is lost, if it is seen so within killed_grace_s."""
         deadline = time.monotonic() + self.options.killed_grace_s
         while True:
-            head = next((n for n in self.provider.nodes() if n.id == attempt.head_id), None)
+            head = next((n for n in self._list() or [] if n.id == attempt.head_id), None)
             self._last_probe = 0.0  # ask it now
             why = decide.head_lost(head, self._probe(head), self.options.head_silence_s)
             if why is not None or self._silent_since is not None:
@@ -338,29 +349,11 @@ class Supervisor:
         if open_recovery is None:  # the driver was never started on a new head
             self._update(state=RunState.RUNNING)
             return
-        lost = next((n for n in self.provider.nodes() if n.id == open_recovery.lost_head), None)
-        preempted = open_recovery.why.startswith("preempted") or (
-            lost is not None and lost.state is NodeState.PREEMPTED
-        )
-        head_type = decide.new_head_type(
-            self.config.head_node_type,
-            tuple(self.config.fallbacks.get(self.config.head_node_type, ())),
-            preempted,
-            self.run.same_head_type,
-        )
-
-        def phase(name: str) -> None:
-            current = self.run.open_recovery
-            if current is None or name in current.phases:
-                return
-            at = time.time() - current.seen_at
-            self.run = self.run.with_recovery(
-                dataclasses.replace(current, phases={**current.phases, name: at})
-            )
-            self._heartbeat()
-
-        problem = None
-        for attempt in range(1, self.options.recovery_tries + 1):
+        head_type = self._replacement_type(open_recovery)
+        replaceable = self.provider.replaces_lost_head
+        tries = self.options.recovery_tries if replaceable else 1
+        problem = ""
+        for attempt in range(1, tries + 1):
             try:
                 replaced = recovery.replace_head(
                     self.config.source or self.run.config_path,
@@ -370,40 +363,90 @@ class Supervisor:
                     open_recovery.lost_head,
                     head_type,
                     self.events,
-                    phase,
+                    self._phase,
                     self.options.workers_timeout_s,
+                    ready_timeout_s=300.0 if replaceable else 60.0,
                 )
             except LauncherError as exc:
                 problem = str(exc)
                 self.say(
                     f"run {self.run.id}: bringing up a new head failed (try {attempt} of "
-                    f"{self.options.recovery_tries}): {problem}"
+                    f"{tries}): {problem}"
                 )
-                time.sleep(min(30.0, 5.0 * attempt))
+                if attempt < tries:
+                    time.sleep(min(30.0, 5.0 * attempt))
                 continue
-            current = self.run.open_recovery or open_recovery
-            self.run = self.run.with_recovery(
-                dataclasses.replace(
-                    current,
-                    new_head=replaced.head.id,
-                    new_head_type=replaced.head.node_type,
-                    adopted=replaced.rejoined,
-                )
-            )
-            kept = len(replaced.rejoined)
-            self.say(
-                f"run {self.run.id}: new head {replaced.head.id} ({replaced.head.node_type}) "
-                f"up; {kept} worker(s) kept and rejoined"
-                + (f": {', '.join(replaced.rejoined)}" if kept else "")
-            )
-            self._update(push=True, state=RunState.RUNNING)
+            self._recovered(replaced)
             return
+        self._finish(RunState.FAILED, self._unrecoverable(open_recovery, problem))
+
+    def _unrecoverable(self, open_recovery: Recovery, problem: str) -> str:
         storage = self.run.storage_path
-        self._finish(
-            RunState.FAILED,
-            f"the head was lost and could not be replaced: {problem}"
-            + (f"; the run's storage is kept at {storage}" if storage else ""),
+        kept = f"; the run's storage is kept at {storage}" if storage else ""
+        if not self.provider.replaces_lost_head:
+            return (
+                f"the head {open_recovery.lost_head} is lost and cannot be replaced here (an "
+                f"on-prem head is the one machine provider.head_ip names), nor did Ray start "
+                f"there again: {problem}{kept}"
+            )
+        return f"the head was lost and could not be replaced: {problem}{kept}"
+
+    def _replacement_type(self, open_recovery: Recovery) -> str:
+        """The head type to bring up: its fallback after a preemption (see decide)."""
+        nodes = self._list() or []
+        lost = next((n for n in nodes if n.id == open_recovery.lost_head), None)
+        preempted = open_recovery.why.startswith("preempted") or (
+            lost is not None and lost.state is NodeState.PREEMPTED
         )
+        return decide.new_head_type(
+            self.config.head_node_type,
+            tuple(self.config.fallbacks.get(self.config.head_node_type, ())),
+            preempted,
+            self.run.same_head_type,
+        )
+
+    def _phase(self, name: str) -> None:
+        """Note that recovery step `name` is done (seconds after the loss was seen)."""
+        current = self.run.open_recovery
+        if current is None or name in current.phases:
+            return
+        at = time.time() - current.seen_at
+        self.run = self.run.with_recovery(
+            dataclasses.replace(current, phases={**current.phases, name: at})
+        )
+        self._heartbeat()
+
+    def _recovered(self, replaced: recovery.Replaced) -> None:
+        current = self.run.open_recovery
+        assert current is not None
+        self.run = self.run.with_recovery(
+            dataclasses.replace(
+                current,
+                new_head=replaced.head.id,
+                new_head_type=replaced.head.node_type,
+                adopted=replaced.rejoined,
+            )
+        )
+        kept = len(replaced.rejoined)
+        self.say(
+            f"run {self.run.id}: new head {replaced.head.id} ({replaced.head.node_type}) "
+            f"up; {kept} worker(s) kept and rejoined"
+            + (f": {', '.join(replaced.rejoined)}" if kept else "")
+        )
+        self._update(push=True, state=RunState.RUNNING)
+
+    def _list(self) -> list[Node] | None:
+        """The provider's nodes, or None when it could not list them (on-prem keeps its
+        records on the head: a head that is gone takes the listing with it)."""
+        try:
+            nodes = self.provider.nodes()
+        except LauncherError as exc:
+            if not self._list_failing:  # said once per spell
+                self.say(f"run {self.run.id}: could not list the cluster's nodes: {exc}")
+            self._list_failing = True
+            return None
+        self._list_failing = False
+        return nodes
 
     # -- cancel ---------------------------------------------------------------------------
     def cancel(self) -> bool:

@@ -45,6 +45,7 @@ class OnPremProvider(NodeProvider):
     installs_launcher_on_head = True
     terminating_frees_capacity = True  # the listed machines are the whole pool
     logs_in_over_ssh = True
+    replaces_lost_head = False  # the head is provider.head_ip
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         super().__init__(config, on_head)

@@ -1,10 +1,11 @@
-"""Recovering runs on this machine, end to end with real Ray: the shipped Tune sweep
-(examples/tune_sweep.py on examples/clusters/local-recover.yaml) started with
-`submit --recover`, its head reclaimed mid-sweep by `kill-random-node --head --hard`; a new
-head (on-demand, the spot head type's fallback) comes up, the workers that lived rejoin it
-(the same machines), and the sweep resumes from its checkpoints. Also: detached, the
-supervisor killed mid-recovery and taken up again, the head lost twice, a worker lost with
-it, the user's own failure restarted only as often as allowed, and `launcher jobs`."""
+"""Recovering runs on this machine, end to end with real Ray, on one cluster: the shipped
+Tune sweep (examples/tune_sweep.py on examples/clusters/local-recover.yaml) started with
+`submit --recover --stop`, its spot head reclaimed mid-sweep by `kill-random-node --head
+--hard`; a new head (on-demand, the spot head type's fallback) comes up, the workers that
+lived rejoin it (the same machines), and the sweep resumes from its checkpoints. On the way:
+the supervising command killed mid-recovery and the run taken up with `jobs supervise`, the
+head lost a second time with a worker, the user's own failure restarted only as often as
+allowed, a detached run cancelled, `launcher jobs`, and nothing left after."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ import pytest
 from launcher.paths import cluster_dir
 from launcher.runs import store
 from tests.cluster_helpers import (
+    LAUNCHER,
     kill_cluster,
     leftover_processes,
     run,
@@ -77,12 +80,15 @@ def _sweep_args(storage: Path, summary: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def _assert_resumed(summary: Path, losses: int) -> list[dict[str, Any]]:
+def _assert_resumed(summary: Path) -> list[dict[str, Any]]:
+    """Every trial reached its last step, resumed from a checkpoint, never from step 0 (the
+    steps a trial reports after a restore are what Tune kept of its history: a later
+    restore may keep only the last resume)."""
     trials: list[dict[str, Any]] = json.loads(summary.read_text())
     assert len(trials) == 3
-    for trial in trials:  # every trial reached its last step, none started again from 0
+    for trial in trials:
         assert trial["error"] is None and trial["last_step"] == STEPS - 1, trial
-        assert len(trial["resumed_from"]) >= losses and min(trial["resumed_from"]) > 0, trial
+        assert trial["resumed_from"] and min(trial["resumed_from"]) > 0, trial
     return trials
 
 
@@ -103,42 +109,15 @@ def _workers() -> set[str]:
     return {n["id"] for n in status(CLUSTER)["nodes"] if n["kind"] == "worker"}
 
 
-def test_a_sweep_survives_its_spot_head_reclaimed_keeping_its_workers(
-    example_cluster: Path, tmp_path: Path
-) -> None:
-    storage, summary = tmp_path / "results", tmp_path / "summary.json"
-    process = start(
-        "submit", str(CLUSTER), *_sweep_args(storage, summary), "--start", "--stop", "--recover"
-    )
-    wait_for(lambda: _checkpointed(storage, 10), 300, "every trial's 11th checkpoint")
-    workers = _workers()
-    assert len(workers) == 2
-    lost_head = _reclaim("--head")
-    output, _ = process.communicate(timeout=600)
-    assert process.returncode == 0, output[-5000:]
-    _assert_resumed(summary, losses=1)
-    assert f"head {lost_head} lost" in output
-    (ended,) = _runs(CLUSTER)
-    assert ended["state"] == "succeeded" and ended["attempts"] == 2, ended
-    (recovery,) = ended["recoveries_detail"]
-    assert recovery["lost_head"] == lost_head
-    assert recovery["new_head_type"] == "head-on-demand"  # the spot head's fallback
-    assert set(recovery["kept_workers"]) == workers  # the same machines, no new ones
-    assert set(recovery["phases_s"]) >= {"head_launched", "workers_rejoined", "driver_started"}
-    assert "Terminated" in output  # --stop took the cluster down
-    _assert_no_cluster_left()
-
-
 def _run_file(run_id: str) -> dict[str, Any]:
     text = (store.run_dir(NAME, run_id) / store.RUN_FILE).read_text()
     data: dict[str, Any] = json.loads(text)
     return data
 
 
-def test_a_detached_run_survives_two_head_losses_and_its_supervisor_killed(
-    example_cluster: Path, tmp_path: Path
-) -> None:
-    # The user's own failure first, on the same cluster: restarted only as often as allowed.
+def _user_failure_and_cancel(tmp_path: Path) -> None:
+    """The user's own failure, restarted only as often as allowed; a detached run cancelled:
+    its driver stopped, not started again, its supervisor ended. Starts the cluster."""
     failing = tmp_path / "fails.py"
     failing.write_text("import sys\nprint('bad input', flush=True)\nsys.exit(3)\n")
     failed = run(
@@ -148,8 +127,6 @@ def test_a_detached_run_survives_two_head_losses_and_its_supervisor_killed(
     assert failed.returncode == 3, failed.stdout + failed.stderr
     assert "Run r-" in failed.stdout and "failed: 2 attempt(s)" in failed.stdout, failed.stdout
     assert "script's own failure" in failed.stdout
-
-    # A run cancelled: its driver stopped, not started again; its supervisor ends.
     sleeper = tmp_path / "sleeps.py"
     sleeper.write_text("import time\nprint('sleeping', flush=True)\ntime.sleep(600)\n")
     detached = run("submit", str(CLUSTER), str(sleeper), "--recover", "--detach", timeout=300)
@@ -162,25 +139,41 @@ def test_a_detached_run_survives_two_head_losses_and_its_supervisor_killed(
     again = run("jobs", "cancel", str(CLUSTER), sleeping, "-y", timeout=60)
     assert again.returncode == 1 and "already ended (cancelled)" in again.stderr
 
-    storage, summary = tmp_path / "results", tmp_path / "summary.json"
-    submitted = run(
-        "submit", str(CLUSTER), *_sweep_args(storage, summary), "--stop", "--recover",
-        "--detach", timeout=300,
-    )  # fmt: skip
-    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-    run_id = re.search(r"Run (r-\w+) started", submitted.stdout).group(1)  # type: ignore[union-attr]
-    wait_for(lambda: _checkpointed(storage, 8), 300, "every trial's 9th checkpoint")
-    workers = _workers()
 
-    # First loss: the head; the supervisor is killed halfway through bringing up a new one.
-    _reclaim("--head")
+def test_a_sweep_survives_two_head_losses_and_its_supervisor_killed(
+    example_cluster: Path, tmp_path: Path
+) -> None:
+    _user_failure_and_cancel(tmp_path)
+    # The sweep, attached: its spot head reclaimed mid-sweep, and the command that
+    # supervises it killed halfway through bringing up a new head (a laptop closed).
+    storage, summary = tmp_path / "results", tmp_path / "summary.json"
+    output_file = tmp_path / "attached.out"
+    with output_file.open("w") as out:
+        attached = subprocess.Popen(
+            [
+                LAUNCHER,
+                "submit",
+                str(CLUSTER),
+                *_sweep_args(storage, summary),
+                "--stop",
+                "--recover",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    wait_for(lambda: _checkpointed(storage, 8), 300, "every trial's 9th checkpoint")
+    run_id = store.local_runs(NAME)[-1].id
+    workers = _workers()
+    assert len(workers) == 2
+    first_head = _reclaim("--head")
     wait_for(
         lambda: "old_head_gone" in str(_run_file(run_id).get("recoveries")),
         120,
         "the recovery to be under way",
     )
-    supervisor = _run_file(run_id)["supervisor"]
-    os.kill(supervisor["pid"], signal.SIGKILL)
+    os.kill(_run_file(run_id)["supervisor"]["pid"], signal.SIGKILL)
+    attached.wait(timeout=60)
+    assert f"head {first_head} lost" in output_file.read_text()
     listed = {r["id"]: r for r in _runs(CLUSTER)}
     assert listed[run_id]["state"] == "recovering" and not listed[run_id]["supervised"]
     taken_up = start("jobs", "supervise", str(CLUSTER), run_id)
@@ -192,12 +185,15 @@ def test_a_detached_run_survives_two_head_losses_and_its_supervisor_killed(
     _reclaim("--head")
     output, _ = taken_up.communicate(timeout=600)
     assert taken_up.returncode == 0, output[-5000:]
-    _assert_resumed(summary, losses=2)
+    _assert_resumed(summary)
 
     ended = {r["id"]: r for r in _runs(CLUSTER)}[run_id]
     assert ended["state"] == "succeeded" and ended["attempts"] == 3, ended
     first, second = ended["recoveries_detail"]
-    assert set(first["kept_workers"]) == workers
+    assert first["lost_head"] == first_head
+    assert first["new_head_type"] == "head-on-demand"  # the spot head's fallback
+    assert set(first["kept_workers"]) == workers  # the same machines, no new ones
+    assert set(first["phases_s"]) >= {"head_launched", "workers_rejoined", "driver_started"}
     # The worker that lived is kept again; the lost one is not (its replacement may be).
     assert workers - {lost_worker} <= set(second["kept_workers"])
     assert lost_worker not in second["kept_workers"]

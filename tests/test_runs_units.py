@@ -167,6 +167,19 @@ def test_the_users_failure_is_restarted_only_as_often_as_allowed() -> None:
         assert lost.again and not lost.counts_as_error
 
 
+def test_a_driver_failing_as_if_a_node_were_lost_with_none_lost_is_not_restarted_for_ever() -> None:
+    def ended(number: int, saw: bool) -> Attempt:
+        return Attempt(number, "h-1", 1.0, 2.0, 1, AttemptEnd.NODE_LOST, saw_node_lost=saw)
+
+    unexplained = tuple(ended(n, False) for n in range(1, decide.UNEXPLAINED_LOSSES + 1))
+    assert decide.after_attempt(_run(attempts=unexplained), AttemptEnd.NODE_LOST, 1).again
+    over = (*unexplained, ended(decide.UNEXPLAINED_LOSSES + 1, False))
+    stop = decide.after_attempt(_run(attempts=over), AttemptEnd.NODE_LOST, 1)
+    assert not stop.again and stop.state is RunState.FAILED and "no node was seen lost" in stop.why
+    seen = (*unexplained, ended(decide.UNEXPLAINED_LOSSES + 1, True))  # a real loss: always
+    assert decide.after_attempt(_run(attempts=seen), AttemptEnd.NODE_LOST, 1).again
+
+
 def test_a_reclaimed_spot_head_comes_back_as_its_fallback_unless_told() -> None:
     assert decide.new_head_type("head", ("head-od",), preempted=True, same=False) == "head-od"
     assert decide.new_head_type("head", ("head-od",), preempted=True, same=True) == "head"
@@ -278,6 +291,25 @@ def test_jobs_name_a_run_or_cluster_that_does_not_exist(tmp_path: Path) -> None:
     assert listed["id"] == "r-abc123" and listed["state"] == "succeeded"
     code, out = _invoke("jobs", "cancel", str(path), "r-abc123", "-y")
     assert code == 1 and "already ended (succeeded)" in out
+    ran = _run(
+        state=RunState.SUCCEEDED,
+        config_path=str(path),
+        attempts=(
+            Attempt(1, "h-1", 1.0, 2.0, None, AttemptEnd.HEAD_LOST),
+            Attempt(2, "h-2", 3.0, 4.0, 0, AttemptEnd.SUCCEEDED),
+        ),
+    )
+    store.save(ran)
+    store.append_log("units", ran.id, store.attempt_banner(1, "h-1", "") + b"one\n")
+    store.append_log("units", ran.id, store.attempt_banner(2, "h-2", " (after head lost)"))
+    store.append_log("units", ran.id, b"two\nthree\n")
+    code, out = _invoke("jobs", "logs", "--json", str(path), ran.id)
+    assert code == 0
+    attempts = json.loads(out)["attempts"]
+    assert [(a["number"], a["output"], a["end"]) for a in attempts] == [
+        (1, "one\n", "head lost"),
+        (2, "two\nthree\n", "succeeded"),
+    ]
     code, out = _invoke("jobs", "logs", str(path), "r-other")
     assert code == 1 and "has no run r-other" in out
 

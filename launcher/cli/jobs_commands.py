@@ -5,6 +5,7 @@ and cancelled from outside the cluster, not through Ray's job server on the head
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import time
@@ -222,6 +223,7 @@ run_argument = click.argument("run_id", metavar="[RUN]", required=False)
 @config_argument
 @run_argument
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the run ends.")
+@click.option("--json", "as_json", is_flag=True, help="Print the output as JSON, per attempt.")
 @name_option
 @click.pass_obj
 def logs(
@@ -229,28 +231,72 @@ def logs(
     cluster_config_file: str,
     run_id: str | None,
     follow: bool,
+    as_json: bool,
     cluster_name: str | None,
 ) -> None:
     """The driver's output, every attempt one after the other (the latest run by default).
     With --follow, a run nobody supervises is taken up from here."""
+    if follow and as_json:
+        raise UsageError("--follow and --json do not go together")
     config = cli_config(cluster_config_file, cluster_name)
     run = _pick(config, run_id)
+    if as_json:
+        settings.output.json({"id": run.id, "state": run.state.value, "attempts": _texts(run)})
+        return
+    here = store.load(run.cluster_name, run.id) is not None
     offset = _print_local_log(run, 0)
-    if offset == 0 and store.load(run.cluster_name, run.id) is None:
+    if not here and not follow:
         _print_head_logs(config, run)
     if not follow or run.state.ended:
         return
     now = time.time()
     if run.supervisor is not None and run.supervisor.live(now) and not run.supervisor.is_mine():
-        if store.load(run.cluster_name, run.id) is not None and run.supervisor.host == _host():
+        if here and run.supervisor.host == _host():
             _tail_local(settings, run, offset)
-            return
-        raise UsageError(
-            f"run {run.id} is supervised on {run.supervisor.host} (process "
-            f"{run.supervisor.pid}); follow it there, or once it lets go"
-        )
+        else:
+            _follow_elsewhere(settings, config, run)
+        return
     settings.output.line(f"No supervisor is at work on run {run.id}: supervising it from here.")
     _take_up(settings, run, config, cluster_name)
+
+
+def _texts(run: Run) -> list[dict[str, object]]:
+    """Each attempt's output from this machine's log (split at the attempts' banners)."""
+    try:
+        text = store.log_path(run.cluster_name, run.id).read_text(errors="replace")
+    except OSError:
+        text = ""
+    parts = re.split(r"^=== launcher: attempt (\d+) .*===\n", text, flags=re.MULTILINE)
+    found = {int(n): body for n, body in zip(parts[1::2], parts[2::2], strict=False)}
+    return [
+        {
+            "number": a.number,
+            "head": a.head_id,
+            "end": None if a.end is None else a.end.value,
+            "exit_code": a.exit_code,
+            "output": found.get(a.number, ""),
+        }
+        for a in run.attempts
+    ]
+
+
+def _follow_elsewhere(settings: Settings, config: ClusterConfig, run: Run) -> None:
+    """Follow a run another machine supervises: each attempt's output from its head, as
+    the cluster's copy of the run names them, until the run ends."""
+    followed = 0
+    while not run.state.ended:
+        attempt = run.attempt
+        if attempt is not None and attempt.number > followed and attempt.ended_at is None:
+            try:
+                session = connect(config)
+                driver.follow(session.runner, session.env, run.id, attempt.number, 0, echo_line)
+                followed = attempt.number
+            except LauncherError:
+                pass  # the head went: its successor is followed once the run names it
+        time.sleep(2.0)
+        run = next((r for r in _runs(config) if r.id == run.id), run)
+    say_run_end(settings, run)
+    sys.exit(run_exit_code(run))
 
 
 def _host() -> str:
@@ -352,6 +398,7 @@ def supervise(
 @config_argument
 @run_argument
 @click.option("--stop", is_flag=True, help="Take the cluster down too.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @yes_option
 @name_option
 @click.pass_obj
@@ -360,6 +407,7 @@ def cancel(
     cluster_config_file: str,
     run_id: str | None,
     stop: bool,
+    as_json: bool,
     yes: bool,
     cluster_name: str | None,
 ) -> None:
@@ -382,7 +430,7 @@ def cancel(
             session = connect(config, any_status=True)
             stopped = driver.cancel(session.runner, session.env, run.id, attempt.number)
         except LauncherError as exc:
-            settings.output.line(f"could not reach the head to stop the driver: {exc}")
+            click.echo(f"could not reach the head to stop the driver: {exc}", err=True)
     supervised = run.supervisor is not None and run.supervisor.live(time.time())
     if not supervised:
         ended = _ended(run, stopped)
@@ -391,10 +439,13 @@ def cancel(
             replica.push(make_provider(config), config, ended)
     elif run.supervisor is not None and run.supervisor.host == _host():
         _wait_cancelled(run)
-    settings.output.line(
-        f"Cancelled run {run.id}"
-        + ("; its driver is stopped." if stopped else " (its driver was not reached).")
-    )
+    if as_json:
+        settings.output.json({"id": run.id, "state": "cancelled", "driver_stopped": stopped})
+    else:
+        settings.output.line(
+            f"Cancelled run {run.id}"
+            + ("; its driver is stopped." if stopped else " (its driver was not reached).")
+        )
     if stop:
         down_cluster(settings, cluster_config_file, cluster_name)
     if not stopped:

@@ -60,6 +60,22 @@ def attempt_end(
     return AttemptEnd.USER_ERROR
 
 
+# A driver that keeps failing as if a node were lost, with every node seen up, is not
+# started again for ever: after this many such attempts in a row, the run fails.
+UNEXPLAINED_LOSSES = 3
+
+
+def _unexplained(run: Run) -> int:
+    """How many attempts in a row, the last included, ended "node lost" with no node seen
+    lost by the supervisor."""
+    count = 0
+    for attempt in reversed(run.attempts):
+        if attempt.end is not AttemptEnd.NODE_LOST or attempt.saw_node_lost:
+            break
+        count += 1
+    return count
+
+
 @dataclass(frozen=True)
 class Next:
     """After an attempt: start another (`again`), or end the run in `state` saying `why`."""
@@ -76,6 +92,14 @@ def after_attempt(run: Run, end: AttemptEnd, exit_code: int | None) -> Next:
         return Next(False, RunState.SUCCEEDED, f"the driver exited 0 (attempt {attempt})")
     if end is AttemptEnd.CANCELLED:
         return Next(False, RunState.CANCELLED, "cancelled")
+    if end is AttemptEnd.NODE_LOST and _unexplained(run) > UNEXPLAINED_LOSSES:
+        return Next(
+            False,
+            RunState.FAILED,
+            f"the driver failed {_unexplained(run)} times in a row with Ray's errors for a lost "
+            "node (or was killed) while no node was seen lost and Ray on the head answered; "
+            f"see its output with `launcher jobs logs {run.config_path} {run.id}`",
+        )
     if end in (AttemptEnd.NODE_LOST, AttemptEnd.HEAD_LOST):
         return Next(True, RunState.RUNNING, f"attempt {attempt}: {end.value}; starting again")
     left = run.max_restarts_on_errors - run.restarts_on_errors

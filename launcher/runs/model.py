@@ -53,6 +53,7 @@ class Attempt:
     exit_code: int | None = None
     end: AttemptEnd | None = None
     log_bytes: int = 0  # how much of the attempt's log on the head is copied here
+    saw_node_lost: bool = False  # the supervisor saw a node of the cluster lost meanwhile
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,7 @@ def _attempt(raw: Mapping[str, Any]) -> Attempt:
         exit_code=None if code is None else int(code),
         end=None if end is None else AttemptEnd(end),
         log_bytes=int(raw.get("log_bytes", 0)),
+        saw_node_lost=bool(raw.get("saw_node_lost", False)),
     )
 
 

@@ -286,6 +286,8 @@ class Supervisor:
                 return why  # lost, or silent: asked again next round until it is lost
         tail = self._log_tail()
         end = decide.attempt_end(seen.exit_code, seen.cancelled, self._nodes_lost, tail)
+        if end is AttemptEnd.NODE_LOST and not self._ray_answers(session):
+            return "its Ray does not answer (`ray status` on it fails)"
         self._end_attempt(end, seen.exit_code)
         nxt = decide.after_attempt(self.run, end, seen.exit_code)
         self.say(f"run {self.run.id}: {nxt.why}")
@@ -295,6 +297,14 @@ class Supervisor:
         else:
             self._finish(nxt.state, nxt.why)
         return None
+
+    def _ray_answers(self, session: HeadSession) -> bool:
+        """Whether Ray's GCS on the head answers (`ray status` there), checked before a
+        driver that failed as if a node were lost is started on that head again."""
+        try:
+            return session.runner.run("ray status >/dev/null 2>&1", session.env, timeout=60).ok
+        except LauncherError:
+            return False
 
     def _head_going(self, attempt: Attempt) -> str | None:
         """Why the attempt's head is lost, if it is seen so within killed_grace_s."""
@@ -324,7 +334,13 @@ class Supervisor:
         if attempt.ended_at is not None:
             return
         self.run = self.run.with_attempt(
-            dataclasses.replace(attempt, ended_at=time.time(), exit_code=exit_code, end=end)
+            dataclasses.replace(
+                attempt,
+                ended_at=time.time(),
+                exit_code=exit_code,
+                end=end,
+                saw_node_lost=self._nodes_lost,
+            )
         )
         self._update()
 

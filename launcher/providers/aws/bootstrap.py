@@ -56,13 +56,16 @@ def resolve(
         )
         done += made
     images_by_type = _images(clients, config, provider.region, done if create else [])
+    # The head's profile goes with every type: a head may be of another type than
+    # head_node_type (its fallback, when a recovering run replaces a reclaimed spot head)
+    # and runs the autoscaler all the same; create_nodes leaves it off workers.
     contexts = {
         type_name: LaunchContext(
             placements=network.placements(subnets[type_name]),
             image_id=images_by_type.get(type_name),
             key_name=key_name,
             security_group_id=group_id,
-            instance_profile_arn=head_profile if type_name == config.head_node_type else None,
+            instance_profile_arn=head_profile,
         )
         for type_name in config.node_types
     }

@@ -35,7 +35,7 @@ class LaunchContext:
     image_id: str | None = None  # set when node_config names no usable ImageId
     key_name: str | None = None  # set when node_config names no KeyName
     security_group_id: str | None = None  # set when node_config names no groups
-    instance_profile_arn: str | None = None  # the head's, when node_config names none
+    instance_profile_arn: str | None = None  # the head's, when node_config names none (heads only)
 
 
 def subnet_ids(node_config: Mapping[str, Any]) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ of its own; the client library's global default configuration is never touched.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +27,46 @@ CREDENTIALS_HINT = (
 )
 
 
+class StreamingApi:
+    """The CoreV1Api that exec and port-forward connections are opened with: its
+    `connect_*` methods (given to `kubernetes.stream`) are those of an ApiClient of the
+    calling thread's own; every other call goes to `core`.
+
+    `kubernetes.stream.stream` and `portforward` swap their ApiClient's `call_api` for a
+    websocket request while they connect, and put back what they found. On an ApiClient
+    shared by threads, a call another thread makes meanwhile is sent as a websocket
+    handshake (and fails: "Handshake status 200 OK"), and two connects that overlap leave
+    the websocket's in place for good, so that every call after them fails. A thread's own
+    ApiClient is used for its connects alone (one at a time), and made once per thread:
+    making one costs tens of milliseconds (its TLS context)."""
+
+    def __init__(self, core: Any, configuration: Any) -> None:
+        self._core = core
+        self._configuration = configuration
+        self._local = threading.local()
+
+    def _own(self) -> Any:
+        api = getattr(self._local, "api", None)
+        if api is None:
+            from kubernetes import client
+
+            api = client.CoreV1Api(client.ApiClient(self._configuration))
+            self._local.api = api
+        return api
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("connect_"):
+            return getattr(self._own(), name)
+        return getattr(self._core, name)
+
+
 @dataclass(frozen=True)
 class KubeApis:
     core: Any  # kubernetes.client.CoreV1Api
     rbac: Any  # kubernetes.client.RbacAuthorizationV1Api
     api_client: Any  # kubernetes.client.ApiClient
     source: str  # where the credentials came from, for messages
+    streams: StreamingApi  # for execs and port forwards (never `core`: see StreamingApi)
 
 
 def in_cluster(environ: Mapping[str, str], account_dir: str = SERVICE_ACCOUNT_DIR) -> bool:
@@ -86,9 +121,11 @@ def connect(
             f" (context {settings.context})" if settings.context else ""
         )
     api_client = client.ApiClient(configuration)
+    core = client.CoreV1Api(api_client)
     return KubeApis(
-        core=client.CoreV1Api(api_client),
+        core=core,
         rbac=client.RbacAuthorizationV1Api(api_client),
         api_client=api_client,
         source=source,
+        streams=StreamingApi(core, configuration),
     )

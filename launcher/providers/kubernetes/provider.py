@@ -292,7 +292,7 @@ class KubernetesProvider(NodeProvider):
         from launcher.runners.kube_exec import KubeExecRunner
 
         return KubeExecRunner(
-            self.apis.core,
+            self.apis.streams,
             self.namespace,
             node.id,
             container=None,
@@ -303,7 +303,7 @@ class KubernetesProvider(NodeProvider):
     def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
         from launcher.runners.kube_exec import pod_port_opener
 
-        return pod_port_opener(self.apis.core, self.namespace, node.id)
+        return pod_port_opener(self.apis.streams, self.namespace, node.id)
 
     def head_python(self) -> str:
         return self.settings.head_python or "python3"

@@ -70,3 +70,37 @@ def fake_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(home))
     assert os.path.expanduser("~") == str(home)
     return home
+
+
+# Run in parallel (`pytest -n 2 --dist loadgroup`, as scripts/test does), each test module
+# stays on one worker (its module-scoped clusters are made once), and every module that
+# runs test hosts (sshd hosts, moto or fake GCE instances served by them, the fake
+# Kubernetes' pods, podman hosts) shares one worker: their Ray heads use Ray's default ports
+# on this machine's network, which two at once would share. Modules on the localhost
+# provider claim their own addresses and ports, so they run beside them.
+_HOST_MODULES = (
+    "ssh_hosts",
+    "aws_hosts",
+    "aws_clusters",
+    "gce_hosts",
+    "gcp_clusters",
+    "kube_fake",
+    "podman_hosts",
+    "container_hosts",
+    "harnesses",  # the provider contract's: moto, the fake GCE and API server, sshd hosts
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    groups: dict[Path, str] = {}
+    for item in items:
+        path = Path(str(item.fspath))
+        if path not in groups:
+            try:
+                source = path.read_text()
+            except OSError:
+                source = ""
+            uses_hosts = any(name in source for name in _HOST_MODULES)
+            groups[path] = "test-hosts" if uses_hosts else str(path.relative_to(REPO))
+        item.add_marker(pytest.mark.xdist_group(groups[path]))

@@ -91,6 +91,11 @@ _HOST_MODULES = (
 )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Known without pytest-xdist too (`-p no:xdist`), where the groups mean nothing.
+    config.addinivalue_line("markers", "xdist_group(name): run with the group's other tests")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     groups: dict[Path, str] = {}

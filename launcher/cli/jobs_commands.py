@@ -423,6 +423,7 @@ def cancel(
     )
     if not confirmer(yes)(question):
         raise click.exceptions.Exit(1)
+    store.request_cancel(run.cluster_name, run.id)  # for a supervisor on this machine
     attempt = run.attempt
     stopped = attempt is None or attempt.ended_at is not None
     if not stopped and attempt is not None:

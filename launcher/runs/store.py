@@ -57,6 +57,21 @@ def local_runs(cluster_name: str) -> list[Run]:
     return sorted(found, key=lambda r: r.created_at)
 
 
+CANCEL_FILE = "cancel"
+
+
+def request_cancel(cluster_name: str, run_id: str) -> None:
+    """Ask this machine's supervisor of the run to cancel it (a file of its own: the
+    supervisor rewrites run.json as it goes)."""
+    folder = run_dir(cluster_name, run_id)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (folder / CANCEL_FILE).touch()
+
+
+def cancel_requested(cluster_name: str, run_id: str) -> bool:
+    return (run_dir(cluster_name, run_id) / CANCEL_FILE).exists()
+
+
 def script_path(run: Run) -> Path:
     """This machine's copy of the run's script (each attempt copies it to the head)."""
     return run_dir(run.cluster_name, run.id) / "script" / run.script

@@ -28,6 +28,7 @@ from launcher.runs import decide, driver, recovery, replica, store
 from launcher.runs.model import LEASE_S, Attempt, AttemptEnd, Lease, Recovery, Run, RunState
 
 Say = Callable[[str], None]
+START_TRIES = 5  # a head that answers but will not start the driver, this often in a row
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class Supervisor:
         self._silent_since: float | None = None
         self._last_probe = 0.0
         self._list_failing = False
+        self._start_failures = 0
 
     # -- the loop -------------------------------------------------------------------------
     def supervise(self) -> Run:
@@ -111,8 +113,9 @@ class Supervisor:
     # -- attempts -------------------------------------------------------------------------
     def _cancelled_elsewhere(self) -> bool:
         """Whether `launcher jobs cancel` on this machine asked for the run to end."""
-        kept = store.load(self.run.cluster_name, self.run.id)
-        if kept is not None and kept.cancel_requested and not self.run.cancel_requested:
+        if not self.run.cancel_requested and store.cancel_requested(
+            self.run.cluster_name, self.run.id
+        ):
             self.run = dataclasses.replace(self.run, cancel_requested=True)
         return self.run.cancel_requested
 
@@ -127,14 +130,19 @@ class Supervisor:
             return
         number = len(self.run.attempts) + 1
         why = "" if number == 1 else f" (after {self.run.attempts[-1].end or 'a stop'})"
-        driver.start(
-            session,
-            self.run.id,
-            number,
-            str(store.script_path(self.run)),
-            self.run.args,
-            self.run.storage_path,
-        )
+        try:
+            driver.start(
+                session,
+                self.run.id,
+                number,
+                str(store.script_path(self.run)),
+                self.run.args,
+                self.run.storage_path,
+            )
+        except LauncherError as exc:
+            self._start_failed(session.head, exc)
+            return
+        self._start_failures = 0
         now = time.time()
         store.append_log(
             self.run.cluster_name, self.run.id, store.attempt_banner(number, session.head.id, why)
@@ -155,6 +163,24 @@ class Supervisor:
         self._nodes_lost = False
         self._update(push=True, state=RunState.RUNNING)
         self._start_follower(session)
+
+    def _start_failed(self, head: Node, exc: LauncherError) -> None:
+        """The driver could not be started on `head`: its loss is looked for, and a head
+        that keeps refusing ends the run."""
+        self._start_failures += 1
+        self.say(f"run {self.run.id}: {exc}")
+        nodes = self._list() or []
+        listed = next((n for n in nodes if n.id == head.id), None)
+        self._last_probe = 0.0
+        why = decide.head_lost(listed, self._probe(listed), self.options.head_silence_s)
+        if why is not None:
+            self._begin_recovery(head.id, why, listed)
+        elif self._start_failures >= START_TRIES:
+            self._finish(
+                RunState.FAILED, f"the driver could not be started {START_TRIES} times: {exc}"
+            )
+        else:
+            time.sleep(5.0)
 
     def _start_follower(self, session: HeadSession) -> None:
         attempt = self.run.attempt
@@ -202,6 +228,9 @@ class Supervisor:
         follower = self._follower
         assert follower is not None
         follower.done.wait(self.options.list_every_s)
+        if self._cancelled_elsewhere():
+            self.cancel()
+            return
         self._save_progress()
         nodes = self._list()
         if nodes is None:  # counted as the head not answering
@@ -361,6 +390,9 @@ class Supervisor:
         self._update(push=True, state=RunState.RECOVERING, message=f"head lost: {why}")
 
     def _recover(self) -> None:
+        if self._cancelled_elsewhere():
+            self._finish(RunState.CANCELLED, "cancelled while recovering")
+            return
         open_recovery = self.run.open_recovery
         if open_recovery is None:  # the driver was never started on a new head
             self._update(state=RunState.RUNNING)
@@ -480,31 +512,6 @@ class Supervisor:
                 self._end_attempt(AttemptEnd.CANCELLED, None)
         self._finish(RunState.CANCELLED, "cancelled" if stopped else "cancelled (driver unreached)")
         return stopped
-
-
-def new_run(
-    run_id: str,
-    config: ClusterConfig,
-    script: str,
-    args: tuple[str, ...],
-    *,
-    storage_path: str | None,
-    max_restarts_on_errors: int,
-    stop: bool,
-    same_head_type: bool,
-) -> Run:
-    return Run(
-        id=run_id,
-        cluster_name=config.cluster_name,
-        config_path=config.source or "",
-        script=script,
-        args=args,
-        created_at=time.time(),
-        storage_path=storage_path,
-        max_restarts_on_errors=max_restarts_on_errors,
-        stop=stop,
-        same_head_type=same_head_type,
-    )
 
 
 class _Follower:

@@ -25,6 +25,7 @@ from launcher.events import EventSink
 from launcher.providers.base import Node, NodeKind, NodeProvider, NodeState
 from launcher.providers.factory import make_provider
 from launcher.runs import decide, driver, recovery, replica, store
+from launcher.runs.follow import Follower
 from launcher.runs.model import LEASE_S, Attempt, AttemptEnd, Lease, Recovery, Run, RunState
 
 Say = Callable[[str], None]
@@ -60,7 +61,7 @@ class Supervisor:
         self.events = events
         self.options = options or SuperviseOptions()
         self.provider: NodeProvider = make_provider(config)
-        self._follower: _Follower | None = None
+        self._follower: Follower | None = None
         # The run is changed by the loop and its lease renewed by a thread of its own (a
         # recovery step may take minutes): one at a time.
         self._lock = threading.RLock()
@@ -186,7 +187,7 @@ class Supervisor:
         attempt = self.run.attempt
         assert attempt is not None
         env = driver.driver_env(session, self.run.id, attempt.number, self.run.storage_path)
-        follower = _Follower(self.run.cluster_name, self.run.id, self.echo)
+        follower = Follower(self.run.cluster_name, self.run.id, self.echo)
 
         def follow() -> None:
             try:
@@ -512,31 +513,3 @@ class Supervisor:
                 self._end_attempt(AttemptEnd.CANCELLED, None)
         self._finish(RunState.CANCELLED, "cancelled" if stopped else "cancelled (driver unreached)")
         return stopped
-
-
-class _Follower:
-    """One attempt's output as it is followed: each line into the run's log and to `echo`,
-    and how many bytes that was since last asked."""
-
-    def __init__(self, cluster_name: str, run_id: str, echo: Say) -> None:
-        self.cluster_name = cluster_name
-        self.run_id = run_id
-        self.echo = echo
-        self.done = threading.Event()
-        self._lock = threading.Lock()
-        self._bytes = 0
-        self.stale = False  # set once the attempt no longer counts it
-
-    def line(self, text: str) -> None:
-        if self.stale:
-            return
-        data = (text + "\n").encode("utf-8", errors="replace")
-        with self._lock:
-            store.append_log(self.cluster_name, self.run_id, data)
-            self._bytes += len(data)
-        self.echo(text)
-
-    def take_bytes(self) -> int:
-        with self._lock:
-            taken, self._bytes = self._bytes, 0
-        return taken

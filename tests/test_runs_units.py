@@ -327,3 +327,19 @@ def test_submit_refuses_recover_options_without_recover_and_relative_storage(
     assert code == 2 and "is relative" in out
     code, out = _invoke("submit", str(plain), str(script), "--recover", "--tmux")
     assert code == 2 and "do not go with --recover" in out
+
+
+def test_status_names_a_run_nobody_supervises_and_how_to_take_it_up(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(CONFIG)
+    store.save(_run(state=RunState.RECOVERING, config_path=str(path)))
+    store.save(_run(id="r-ended", state=RunState.SUCCEEDED, config_path=str(path)))
+    code, out = _invoke("status", str(path))
+    assert code == 0, out
+    assert "Run r-abc123 (train.py): recovering (unsupervised)" in out
+    assert f"launcher jobs supervise {path} r-abc123" in out
+    assert "r-ended" not in out
+    code, out = _invoke("status", "--json", str(path))
+    assert code == 0 and json.loads(out)["runs"] == [
+        {"id": "r-abc123", "state": "recovering (unsupervised)", "script": "train.py"}
+    ]

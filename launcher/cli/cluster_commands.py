@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,6 +24,7 @@ from launcher.config.loader import Overrides, load_config
 from launcher.config.model import Autostop, ClusterConfig
 from launcher.config.schema import load_schema, property_fix
 from launcher.errors import UsageError
+from launcher.runs.listing import known_runs, state_of
 
 F = Callable[..., Any]
 
@@ -443,13 +445,20 @@ def status(
     settings: Settings, cluster_config_file: str, as_json: bool, cluster_name: str | None
 ) -> None:
     """Show the cluster's nodes: kind, type, IP, state and resources."""
-    result = ops.status(cli_config(cluster_config_file, cluster_name))
+    config = cli_config(cluster_config_file, cluster_name)
+    result = ops.status(config)
+    # The recovering runs not ended yet: from any machine with the config, as the nodes
+    # keep them (a run nobody supervises is taken up with `launcher jobs supervise`).
+    runs = [r for r in known_runs(config, from_cluster=bool(result.nodes)) if not r.state.ended]
     if as_json:
-        settings.output.json(result.to_json())
+        now = time.time()
+        runs_json = [{"id": r.id, "state": state_of(r, now), "script": r.script} for r in runs]
+        settings.output.json({**result.to_json(), "runs": runs_json})
         return
-    from launcher.cli.render_status import render_status
+    from launcher.cli.render_status import render_runs, render_status
 
     render_status(settings.output.console, result)
+    render_runs(settings.output.console, runs, cluster_config_file)
 
 
 @cli.command()

@@ -32,6 +32,7 @@ from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError, NoClusterError, UsageError
 from launcher.providers.factory import make_provider
 from launcher.runs import driver, replica, store
+from launcher.runs.listing import known_runs, state_of
 from launcher.runs.model import Run, RunState
 from launcher.runs.supervisor import Supervisor
 
@@ -109,18 +110,8 @@ def supervise_here(
             raise SystemExit(143) from None
 
 
-def _runs(config: ClusterConfig, *, from_cluster: bool = True) -> list[Run]:
-    """This machine's runs of the cluster, with those its nodes keep that are newer."""
-    best = {r.id: r for r in store.local_runs(config.cluster_name)}
-    if from_cluster:
-        try:
-            for run in replica.fetch(make_provider(config), config):
-                known = best.get(run.id)
-                if known is None or run.updated_at > known.updated_at:
-                    best[run.id] = run
-        except LauncherError:
-            pass
-    return sorted(best.values(), key=lambda r: r.created_at)
+def _runs(config: ClusterConfig) -> list[Run]:
+    return known_runs(config)
 
 
 def _pick(config: ClusterConfig, run_id: str | None) -> Run:
@@ -139,14 +130,6 @@ def _pick(config: ClusterConfig, run_id: str | None) -> Run:
             f"`launcher jobs list {config.source}`"
         )
     return found
-
-
-def _state_of(run: Run, now: float) -> str:
-    if run.state.ended:
-        return run.state.value
-    if run.supervisor is None or not run.supervisor.live(now):
-        return f"{run.state.value} (unsupervised)"
-    return run.state.value
 
 
 def _as_json(run: Run, now: float) -> dict[str, object]:
@@ -206,7 +189,7 @@ def list_runs(
     for run in runs:
         table.add_row(
             run.id,
-            _state_of(run, now),
+            state_of(run, now),
             str(len(run.attempts)),
             str(len(run.recoveries)),
             f"{run.time_lost(now):.0f} s",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -11,6 +12,8 @@ from rich.table import Table
 from launcher.cluster.ops import AutoscalerState, ClusterStatus
 from launcher.config.model import Autostop
 from launcher.providers.base import NodeState
+from launcher.runs.listing import state_of
+from launcher.runs.model import Run
 
 
 def render_status(console: Console, status: ClusterStatus) -> None:
@@ -109,3 +112,15 @@ def loop_exceptions_line(raw: dict[str, object]) -> str | None:
         stamp = time.strftime("%H:%M:%S", time.localtime(float(last["time"])))
         line += f", the last at {stamp}: {escape(str(last.get('error', '')))}"
     return line + " (`launcher monitor` shows each with its traceback)"
+
+
+def render_runs(console: Console, runs: Sequence[Run], config_path: str) -> None:
+    """A line for each recovering run not ended yet, with how to take up one nobody
+    supervises."""
+    now = time.time()
+    for run in runs:
+        state = state_of(run, now)
+        line = f"Run {run.id} ({escape(run.script)}): {state}, attempt {len(run.attempts)}"
+        if "unsupervised" in state:
+            line += f"; take it up with `launcher jobs supervise {escape(config_path)} {run.id}`"
+        console.print(line)

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,3 +73,13 @@ def fake_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     assert os.path.expanduser("~") == str(home)
     return home
 
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory every test host and pod reaches at the same path: under /var/tmp, since
+    /root, /tmp and /dev/shm are each host's own (a run's storage, for instance)."""
+    path = Path(tempfile.mkdtemp(prefix="launcher-shared-", dir="/var/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,17 +79,6 @@ CONFIG = (
     .replace(":6379", f":{GCS_PORT}")
     .replace("--port=6379", f"--port={GCS_PORT}")
 )
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory every host reaches at the same path (outside /root, /tmp, /dev/shm,
-    which are each host's own)."""
-    path = Path(tempfile.mkdtemp(prefix="launcher-recover-", dir="/var/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _runs(aws: AwsCluster) -> list[dict[str, Any]]:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,16 +92,6 @@ def gcp(tmp_path: Path) -> Iterator[GcpCluster]:
         yield cluster
 
 
-@pytest.fixture
-def storage() -> Iterator[Path]:
-    """A directory every host reaches at the same path (each host has its own /tmp)."""
-    path = Path(tempfile.mkdtemp(prefix="launcher-gcp-recover-", dir="/var/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def _count(storage: Path) -> int:
     try:
         return int(json.loads((storage / "count.json").read_text())["count"])
@@ -128,8 +116,9 @@ def _of_kind(gcp: GcpCluster, kind: str) -> list[str]:
 
 
 def test_a_run_survives_its_head_instance_deleted_keeping_its_worker(
-    gcp: GcpCluster, storage: Path, tmp_path: Path
+    gcp: GcpCluster, shared_dir: Path, tmp_path: Path
 ) -> None:
+    storage = shared_dir
     script = tmp_path / "counter.py"
     script.write_text(DRIVER)
     process = start(

@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -130,16 +128,6 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             yield made
         finally:
             made.run("down", "-y", "--purge", str(path))
-
-
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory every pod reaches at the same path (outside /root, /tmp, /dev/shm)."""
-    path = Path(tempfile.mkdtemp(prefix="launcher-kube-recover-", dir="/var/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _count(storage: Path) -> int:

@@ -18,7 +18,7 @@ writes that as JSON.
 It also survives losing the head, run as a recovering run:
 
     launcher submit examples/clusters/local-recover.yaml examples/tune_sweep.py \
-        --start --stop --recover --storage-path "$PWD/results"
+        --start --stop --recover --recover-storage "$PWD/results"
     launcher kill-random-node examples/clusters/local-recover.yaml --head --hard -y
 
 The launcher then brings up a new head and starts this script again, with the same
@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--cpus-per-trial", type=float, default=1.0)
     parser.add_argument(
         "--storage-path",
-        # A recovering run's storage (`submit --recover --storage-path`), else Tune's habit.
+        # A recovering run's storage (`submit --recover --recover-storage`), else Tune's habit.
         default=os.environ.get("LAUNCHER_STORAGE_PATH")
         or os.environ.get("TUNE_STORAGE_PATH", "~/ray_results"),
         help="where trials keep checkpoints; every node must reach it (s3://, gs://, NFS)",

@@ -106,7 +106,15 @@ def test_a_run_survives_its_head_terminated_keeping_its_worker(
     with running_cluster(tmp_path, CONFIG) as aws:
         argv = [str(aws.path), str(script), "--start", "--stop", "--recover"]
         submit = subprocess.Popen(
-            [sys.executable, "-m", "launcher", "submit", *argv, "--storage-path", str(shared_dir)],
+            [
+                sys.executable,
+                "-m",
+                "launcher",
+                "submit",
+                *argv,
+                "--recover-storage",
+                str(shared_dir),
+            ],
             env=aws.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -123,7 +123,7 @@ def test_a_run_survives_its_head_instance_deleted_keeping_its_worker(
     script.write_text(DRIVER)
     process = start(
         "submit", str(gcp.path), str(script), "--start", "--stop", "--recover",
-        "--storage-path", str(storage), env=gcp.env,
+        "--recover-storage", str(storage), env=gcp.env,
     )  # fmt: skip
     try:
         wait_for(

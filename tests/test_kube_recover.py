@@ -148,7 +148,7 @@ def test_a_run_survives_its_head_pod_deleted_keeping_its_worker_pod(
     driver = tmp_path / "steps.py"
     driver.write_text(DRIVER)
     submit = ["submit", str(cluster.path), str(driver), "--start", "--stop", "--recover"]
-    process = start(*submit, "--storage-path", str(shared_dir), env=cluster.env)
+    process = start(*submit, "--recover-storage", str(shared_dir), env=cluster.env)
     try:
         wait_for(lambda: _count(shared_dir) >= 3 or _ended(process), 300, "the third step")
         assert process.poll() is None, process.communicate()[0][-5000:]

@@ -76,7 +76,7 @@ def _reclaim(*extra: str) -> str:
 def _sweep_args(storage: Path, summary: Path) -> list[str]:
     return [
         str(SWEEP), "--trials", "3", "--steps", str(STEPS), "--step-seconds", "0.5",
-        "--checkpoint-every", "1", "--storage-path", str(storage), "--summary", str(summary),
+        "--checkpoint-every", "1", "--recover-storage", str(storage), "--summary", str(summary),
     ]  # fmt: skip
 
 

@@ -78,7 +78,7 @@ def test_a_home_path_is_refused_naming_the_worker(session: HeadSession) -> None:
     assert message.startswith("storage path ~/results is not shared by every node: ")
     assert f"the worker at {worker.ip} (Ray node " in message
     assert "does not see what the head wrote there" in message
-    assert "s3://BUCKET/PATH" in message and "--storage-path" in message
+    assert "s3://BUCKET/PATH" in message and "--recover-storage" in message
     # Nothing is left in the head's home: not the probe, nor the directory it made.
     assert not Path(session.runner.remote_path("~/results")).exists()
 
@@ -130,7 +130,7 @@ def test_a_path_under_a_file_is_refused_as_not_writable(
         check_storage(session, str(storage))
     message = str(refused.value)
     assert message.startswith(f"storage path {storage} is not writable from the head (")
-    assert "NotADirectoryError" in message and "--storage-path" in message
+    assert "NotADirectoryError" in message and "--recover-storage" in message
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes whatever a directory's mode says")

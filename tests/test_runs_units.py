@@ -323,7 +323,7 @@ def test_submit_refuses_recover_options_without_recover_and_relative_storage(
     script.write_text("pass\n")
     code, out = _invoke("submit", str(plain), str(script), "--detach")
     assert code == 2 and "go with --recover" in out
-    code, out = _invoke("submit", str(plain), str(script), "--recover", "--storage-path", "res")
+    code, out = _invoke("submit", str(plain), str(script), "--recover", "--recover-storage", "res")
     assert code == 2 and "is relative" in out
     code, out = _invoke("submit", str(plain), str(script), "--recover", "--tmux")
     assert code == 2 and "do not go with --recover" in out
@@ -343,3 +343,14 @@ def test_status_names_a_run_nobody_supervises_and_how_to_take_it_up(tmp_path: Pa
     assert code == 0 and json.loads(out)["runs"] == [
         {"id": "r-abc123", "state": "recovering (unsupervised)", "script": "train.py"}
     ]
+
+
+def test_a_scripts_own_storage_path_option_is_the_scripts(tmp_path: Path) -> None:
+    """`--storage-path` after SCRIPT goes to the script (Tune scripts take it), not to
+    `submit`: without a cluster the submit gets as far as finding none."""
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(CONFIG.split("metadata:", maxsplit=1)[0])
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    code, out = _invoke("submit", str(plain), str(script), "--storage-path", "/x/results")
+    assert code == 1 and "is not running" in out, out

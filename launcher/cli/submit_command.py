@@ -47,7 +47,8 @@ from launcher.runs.storage import check_storage
     "resumes from its storage (Tune's storage_path) [default: metadata.launcher.recover].",
 )
 @click.option(
-    "--storage-path",
+    "--recover-storage",
+    "storage_path",
     metavar="PATH",
     help="With --recover: where the run keeps its checkpoints, reached by every node and "
     "outliving the head (s3://, gs://, a shared file system); checked before the run starts "
@@ -94,7 +95,7 @@ def submit(
     if not recovering:
         if detach or storage_path or max_restarts_on_errors is not None:
             raise UsageError(
-                "--detach, --storage-path and --max-restarts-on-errors go with --recover"
+                "--detach, --recover-storage and --max-restarts-on-errors go with --recover"
             )
 
         def action(config: ClusterConfig) -> int:
@@ -116,7 +117,7 @@ def submit(
         and not storage_path.startswith(("/", "~"))
     ):
         raise UsageError(
-            f"--storage-path {storage_path} is relative: give an absolute path every node "
+            f"--recover-storage {storage_path} is relative: give an absolute path every node "
             "reaches, or a URI such as s3://BUCKET/PATH"
         )
 
@@ -127,7 +128,7 @@ def submit(
             settings.output.line(check_storage(connect(config), chosen.storage_path))
         else:
             settings.output.line(
-                "warning: no storage path (--storage-path, metadata.launcher.recover."
+                "warning: no storage path (--recover-storage, metadata.launcher.recover."
                 "storage_path): after a lost head the script starts again from what it keeps "
                 "itself; Tune and Train resume only from storage every node reaches"
             )

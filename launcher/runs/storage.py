@@ -24,7 +24,7 @@ MARK = "launcher-storage-probe "  # storage_probe.MARK (the script imports nothi
 # Beyond the probe's own budget: starting Python and Ray on the head, and the round trip.
 OVERHEAD_S = 30.0
 
-WHERE_SET = "set with --storage-path or metadata.launcher.recover.storage_path"
+WHERE_SET = "set with --recover-storage or metadata.launcher.recover.storage_path"
 SHARED_FIX = (
     "use a path every node reaches (s3://BUCKET/PATH, gs://BUCKET/PATH, or a shared file "
     f"system such as NFS), {WHERE_SET}"

@@ -90,6 +90,12 @@ def main() -> None:
         default=os.environ.get("LAUNCHER_RUN_ID", "tune-sweep"),
         help="the experiment's name",
     )
+    parser.add_argument(
+        "--keep-checkpoints",
+        type=int,
+        default=None,
+        help="checkpoints kept per trial (default: all; see the CheckpointConfig comment)",
+    )
     parser.add_argument("--summary", help="also write the per-trial summary here, as JSON")
     args = parser.parse_args()
 
@@ -124,7 +130,11 @@ def _new_tuner(trainable: Any, args: argparse.Namespace, storage: str) -> tune.T
             name=args.name,
             storage_path=storage,
             failure_config=tune.FailureConfig(max_failures=args.max_failures),
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            # Every checkpoint kept: a head lost between a trial deleting an old checkpoint
+            # and the experiment's next snapshot would leave the restored run pointing at
+            # one that is gone (Tune: "does not exist on storage anymore"). Keep at least a
+            # few more than checkpoints per snapshot if you bound it.
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=args.keep_checkpoints),
             verbose=1,
         ),
     )

@@ -35,7 +35,17 @@ def _files(run_id: str, attempt: int) -> tuple[str, str, str]:
 def driver_env(
     session: HeadSession, run_id: str, attempt: int, storage_path: str | None
 ) -> dict[str, str]:
-    env = {**session.env, "LAUNCHER_RUN_ID": run_id, "LAUNCHER_RUN_ATTEMPT": str(attempt)}
+    env = {
+        **session.env,
+        "LAUNCHER_RUN_ID": run_id,
+        "LAUNCHER_RUN_ATTEMPT": str(attempt),
+        # Ray Tune saves its experiment's state every 10 s or more by default, and a restored
+        # trial resumes from the checkpoint that state names, not from the newest one in
+        # storage: after a lost head, up to that long of every trial's work was lost (all of
+        # it, from step 0, when the head went before the first save; seen in
+        # bench/bench_head_recovery.py). Saved every second, a run loses about one.
+        "TUNE_GLOBAL_CHECKPOINT_S": "1",
+    }
     if storage_path:
         env["LAUNCHER_STORAGE_PATH"] = storage_path
     return env

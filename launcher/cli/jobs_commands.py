@@ -5,8 +5,10 @@ and cancelled from outside the cluster, not through Ray's job server on the head
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -110,12 +112,8 @@ def supervise_here(
             raise SystemExit(143) from None
 
 
-def _runs(config: ClusterConfig) -> list[Run]:
-    return known_runs(config)
-
-
 def _pick(config: ClusterConfig, run_id: str | None) -> Run:
-    runs = _runs(config)
+    runs = known_runs(config)
     if run_id is None:
         if not runs:
             raise LauncherError(
@@ -172,7 +170,7 @@ def list_runs(
 ) -> None:
     """The cluster's runs: state, attempts, head recoveries and time lost."""
     config = cli_config(cluster_config_file, cluster_name)
-    runs = _runs(config)
+    runs = known_runs(config)
     now = time.time()
     if as_json:
         settings.output.json([_as_json(r, now) for r in runs])
@@ -277,14 +275,12 @@ def _follow_elsewhere(settings: Settings, config: ClusterConfig, run: Run) -> No
             except LauncherError:
                 pass  # the head went: its successor is followed once the run names it
         time.sleep(2.0)
-        run = next((r for r in _runs(config) if r.id == run.id), run)
+        run = next((r for r in known_runs(config) if r.id == run.id), run)
     say_run_end(settings, run)
     sys.exit(run_exit_code(run))
 
 
 def _host() -> str:
-    import socket
-
     return socket.gethostname()
 
 
@@ -437,8 +433,6 @@ def cancel(
 
 
 def _ended(run: Run, stopped: bool) -> Run:
-    import dataclasses
-
     return dataclasses.replace(
         run,
         state=RunState.CANCELLED,

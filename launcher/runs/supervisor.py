@@ -108,9 +108,6 @@ class Supervisor:
         if push:
             replica.push(self.provider, self.config, self.run)
 
-    def _heartbeat(self) -> None:
-        self._update(supervisor=Lease.mine(time.time()))
-
     # -- attempts -------------------------------------------------------------------------
     def _cancelled_elsewhere(self) -> bool:
         """Whether `launcher jobs cancel` on this machine asked for the run to end."""
@@ -262,7 +259,7 @@ class Supervisor:
             self.run = self.run.with_attempt(
                 dataclasses.replace(attempt, log_bytes=attempt.log_bytes + followed)
             )
-        self._heartbeat()
+        self._update()  # saves the progress and renews the lease
 
     def _note_losses(self, nodes: list[Node]) -> None:
         listed = {n.id: n for n in nodes if n.kind is NodeKind.WORKER}
@@ -463,7 +460,7 @@ class Supervisor:
         self.run = self.run.with_recovery(
             dataclasses.replace(current, phases={**current.phases, name: at})
         )
-        self._heartbeat()
+        self._update()  # saves the progress and renews the lease
 
     def _recovered(self, replaced: recovery.Replaced) -> None:
         current = self.run.open_recovery

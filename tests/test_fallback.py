@@ -633,7 +633,7 @@ class _Evacuated(_Cloud):
     def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
         return cast(CommandRunner, object())
 
-    def stop_node_ray(self, node: Node, runner: CommandRunner) -> str | None:
+    def stop_node_ray(self, node: Node, runner: CommandRunner, force: bool = False) -> str | None:
         self.ray_stopped.append(node.id)
         self.stopped.set()
         return None

@@ -59,8 +59,10 @@ head_node_type: head
 
 STEPS = 30
 # The driver: counts steps, keeping its count in the run's storage, and resumes from it.
-# Each attempt first says which Ray nodes it sees (address -> node id). The first attempt
-# steps slowly, so that the head is lost mid-run; the next ones quickly.
+# Each attempt first waits for its two Ray nodes (after a recovery the driver starts as
+# soon as the new head is up, while the kept worker rejoins) and says which it sees
+# (address -> node id). The first attempt steps slowly, so that the head is lost mid-run;
+# the next ones quickly.
 DRIVER = """
 import json, os, time
 import ray
@@ -68,7 +70,12 @@ import ray
 storage = os.environ["LAUNCHER_STORAGE_PATH"]
 attempt = int(os.environ["LAUNCHER_RUN_ATTEMPT"])
 ray.init()
-alive = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
+deadline = time.monotonic() + 300
+while True:
+    alive = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    if len(alive) >= 2 or time.monotonic() > deadline:
+        break
+    time.sleep(0.5)
 print(f"attempt {attempt} on {json.dumps(alive)}", flush=True)
 path = os.path.join(storage, "count.json")
 kept = json.load(open(path)) if os.path.exists(path) else {"count": 0, "resumed": []}

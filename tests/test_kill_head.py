@@ -90,7 +90,7 @@ class _Provider:
     def container_mounts(self, node: Node) -> Sequence[Any]:
         return ()
 
-    def stop_node_ray(self, node: Node, runner: CommandRunner) -> str | None:
+    def stop_node_ray(self, node: Node, runner: CommandRunner, force: bool = False) -> str | None:
         self.stopped.append(node.id)
         return self.stuck
 

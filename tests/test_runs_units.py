@@ -7,6 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from launcher.config.loader import Overrides, parse_config
 from launcher.errors import LauncherError
 from launcher.events import ignore
 from launcher.paths import cluster_dir
-from launcher.providers.base import Node, NodeKind, NodeState
+from launcher.providers.base import TAG_STATUS, Node, NodeKind, NodeState, NodeStatus
 from launcher.runs import decide, recovery, store
 from launcher.runs.model import LEASE_S, Attempt, AttemptEnd, Lease, Recovery, Run, RunState
 from launcher.runs.supervisor import Supervisor
@@ -250,10 +251,10 @@ def test_a_recovery_records_the_new_head_its_type_and_the_kept_workers(
         head_type = str(args[5])
         asked.append(head_type)
         phase = args[7]
-        for name in ("old_head_gone", "head_launched", "ray_up", "workers_rejoined"):
+        for name in ("old_head_gone", "head_launched", "ray_up"):
             phase(name)  # type: ignore[operator]
         new = Node("h-2", NodeKind.HEAD, head_type, "127.0.0.9", NodeState.RUNNING)
-        return recovery.Replaced(new, ("w-1", "w-2"), ("w-1", "w-2"))
+        return recovery.Replaced(new, ("w-1", "w-2"))
 
     monkeypatch.setattr(recovery, "replace_head", replaces)
     monkeypatch.setattr(
@@ -268,7 +269,49 @@ def test_a_recovery_records_the_new_head_its_type_and_the_kept_workers(
     (done,) = ended.recoveries
     assert done.new_head == "h-2" and done.new_head_type == "head-od"
     assert done.adopted == ("w-1", "w-2")
-    assert list(done.phases) == ["old_head_gone", "head_launched", "ray_up", "workers_rejoined"]
+    assert list(done.phases) == ["old_head_gone", "head_launched", "ray_up"]
+
+
+def _worker(node_id: str, status: NodeStatus, state: NodeState = NodeState.RUNNING) -> Node:
+    return Node(node_id, NodeKind.WORKER, "w", "127.0.0.7", state, {TAG_STATUS: status.value})
+
+
+def test_kept_workers_are_waited_for_until_up_to_date_failed_or_gone() -> None:
+    adopted = ("w-1", "w-2", "w-3")
+    nodes = [
+        _worker("w-1", NodeStatus.STARTING_RAY),
+        _worker("w-2", NodeStatus.UP_TO_DATE),
+        _worker("w-3", NodeStatus.FAILED),
+        _worker("w-4", NodeStatus.UNINITIALIZED),  # not kept: not waited for
+    ]
+    seen = recovery.rejoining(nodes, adopted)
+    assert seen.waiting == ("w-1",) and seen.rejoined == ("w-2",)
+    nodes[0] = _worker("w-1", NodeStatus.STARTING_RAY, NodeState.PREEMPTED)  # taken back
+    seen = recovery.rejoining(nodes, adopted)
+    assert seen.waiting == () and seen.rejoined == ("w-2",)
+
+
+def test_the_rejoin_of_kept_workers_is_noted_once_after_the_driver_started(
+    tmp_path: Path,
+) -> None:
+    """The driver starts on the new head at once; the supervisor notes later, from its
+    listings, when the kept workers were in and which of them rejoined."""
+    supervisor = _supervisor(tmp_path)
+    done = Recovery("h-1", "gone", time.time() - 5, "h-2", "head", ("w-1", "w-2"), {}, 1.0)
+    supervisor.run = dataclasses.replace(supervisor.run, recoveries=(done,))
+    said: list[str] = []
+    supervisor.say = said.append
+    supervisor._note_rejoined(
+        [_worker("w-1", NodeStatus.UP_TO_DATE), _worker("w-2", NodeStatus.SETTING_UP)]
+    )
+    assert "workers_rejoined" not in supervisor.run.recoveries[-1].phases
+    supervisor._note_rejoined([_worker("w-1", NodeStatus.UP_TO_DATE)])  # w-2 gone
+    (noted,) = supervisor.run.recoveries
+    assert noted.adopted == ("w-1",) and noted.phases["workers_rejoined"] >= 5
+    assert said and "w-2 did not rejoin" in said[-1]
+    assert store.load("units", supervisor.run.id) == supervisor.run
+    supervisor._note_rejoined([])  # noted once
+    assert supervisor.run.recoveries == (noted,)
 
 
 # -- the commands' input checks -----------------------------------------------------------

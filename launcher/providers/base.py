@@ -298,11 +298,14 @@ class NodeProvider(ABC):
         there (`stop_node_ray`). Returns what it could not stop (one line), else None."""
         return self.stop_node_ray(node, runner)
 
-    def stop_node_ray(self, node: Node, runner: CommandRunner) -> str | None:
+    def stop_node_ray(self, node: Node, runner: CommandRunner, force: bool = False) -> str | None:
         """Stop `node`'s Ray and check that none of it is left. Where a node is a machine
         of its own: with the Ray the start commands use (their own `ray stop` may name
-        another, or none). Returns what it could not stop (one line), else None."""
-        return stop_ray(runner, self.ray_paths(head=node.kind is NodeKind.HEAD), STOP_TIMEOUT_S)
+        another, or none). `force`: killed at once, not drained (a Ray whose head is gone
+        has nothing to drain, and its raylet only gives up on its own after a minute).
+        Returns what it could not stop (one line), else None."""
+        paths = self.ray_paths(head=node.kind is NodeKind.HEAD)
+        return stop_ray(runner, paths, STOP_TIMEOUT_S, force)
 
     def reclaim_node(self, node: Node) -> bool:
         """Take `node` (a worker or the head) away as a cloud reclaims a spot machine, where

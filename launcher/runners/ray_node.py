@@ -163,14 +163,16 @@ def find_python_script(explicit: str | None, paths: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def stop_script(paths: Sequence[str]) -> str:
+def stop_script(paths: Sequence[str], force: bool = False) -> str:
     """Shell that stops the node's Ray and prints `@@ray PID NAME` for each Ray process
     still running after every way it knows (exit 4), else exits 0.
 
     The ways, in order: a `ray` of `paths` (the start commands'), the running processes'
     Python (`-m ray.scripts.scripts`), `ray` on the PATH. Each is asked to `ray stop` in
     turn while Ray processes are left (`ray stop` waits for them itself), then to
-    `ray stop --force`."""
+    `ray stop --force`. With `force`, only `ray stop --force` (SIGKILL: for a Ray whose
+    head is gone, with nothing left to drain)."""
+    forces = "--force" if force else "'' --force"
     return "\n".join(
         [
             _PROCESSES,
@@ -182,7 +184,7 @@ def stop_script(paths: Sequence[str]) -> str:
             '  for py in $(ray_pythons); do echo "$py|-m|ray.scripts.scripts"; done',
             "  command -v ray 2>/dev/null; true",
             "}",
-            "for force in '' --force; do",
+            f"for force in {forces}; do",
             "  for s in $(stoppers | awk '!seen[$0]++'); do",
             '    [ -n "$(ray_processes)" ] || exit 0',
             '    $(echo "$s" | tr "|" " ") stop $force >/dev/null 2>&1',
@@ -247,7 +249,10 @@ def stop_problem(result: CommandResult) -> str | None:
     return f"could not stop Ray ({last})"
 
 
-def stop_ray(runner: CommandRunner, paths: Sequence[str], timeout: float) -> str | None:
+def stop_ray(
+    runner: CommandRunner, paths: Sequence[str], timeout: float, force: bool = False
+) -> str | None:
     """Stop the Ray of the node `runner` reaches (in its container, if it has one) and check
-    that none is left. None when so, else what is left."""
-    return stop_problem(runner.run(stop_script(paths), timeout=timeout))
+    that none is left (`force`: killed at once, see `stop_script`). None when so, else what
+    is left."""
+    return stop_problem(runner.run(stop_script(paths, force), timeout=timeout))

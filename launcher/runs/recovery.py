@@ -5,11 +5,15 @@
 2. Every worker still running is marked to be set up again (status uninitialized): its
    machine, files and setup stay (their hashes are on it), and the new head's autoscaler,
    which sets up what is so marked, only starts its Ray again, against the new head. No new
-   machine is bought for it. Workers taken back (preempted) are left to that autoscaler,
-   which replaces them as it replaces any.
+   machine is bought for it. Its old Ray is killed at once, all of them side by side: with
+   its GCS gone it has nothing to drain, and a raylet left alone only gives up after a
+   minute (or, stopped gracefully by the autoscaler, after its grace, one node at a time).
+   Workers taken back (preempted) are left to that autoscaler, which replaces them as it
+   replaces any.
 3. A new head is brought up as `launcher up` does (the same steps, the same autoscaler),
-   of the type `decide.new_head_type` chose.
-4. Wait until the kept workers have rejoined (or failed, or gone).
+   of the type `decide.new_head_type` chose. The driver can start on it at once: the kept
+   workers rejoin while it starts (as after `ray up`, whose workers join after the head),
+   and `rejoining` tells the supervisor when they have.
 
 Each step is idempotent, with the provider's listing as the truth: a supervisor killed
 halfway and started again does the steps again and finds the done ones done (a new head
@@ -18,8 +22,8 @@ it made before is the head `up` finds).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from launcher.cluster import lifecycle
@@ -28,6 +32,7 @@ from launcher.config.loader import Overrides
 from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError
 from launcher.events import Event, EventSink, Message, NodeProgress
+from launcher.paths import node_log
 from launcher.providers.base import (
     TAG_STATUS,
     Node,
@@ -37,6 +42,7 @@ from launcher.providers.base import (
     NodeStatus,
     wait_unlisted,
 )
+from launcher.updater.runner import node_runner
 
 OLD_HEAD_GONE_S = 300.0
 
@@ -46,16 +52,15 @@ PhaseSink = Callable[[str], None]
 @dataclass(frozen=True)
 class Replaced:
     head: Node
-    adopted: tuple[str, ...]
-    rejoined: tuple[str, ...]
+    adopted: tuple[str, ...]  # the kept workers, rejoining the new head
 
 
 def retire_head(
     config: ClusterConfig, provider: NodeProvider, lost_head: str, events: EventSink
 ) -> tuple[str, ...]:
-    """Steps 1 and 2: the lost head terminated, the running workers marked to rejoin.
-    Returns the ids of those workers. A head other than `lost_head` that runs (one a
-    supervisor made before it was stopped) is kept: it is the new head."""
+    """Steps 1 and 2: the lost head terminated, the running workers marked to rejoin and
+    their old Ray killed. Returns the ids of those workers. A head other than `lost_head`
+    that runs (one a supervisor made before it was stopped) is kept: it is the new head."""
     with ClusterLock(
         config.cluster_name, "a run's recovery", on_wait=lambda m: events(Message(m, "warning"))
     ):
@@ -83,7 +88,36 @@ def retire_head(
         for node in kept:
             if node.status is not NodeStatus.UNINITIALIZED:
                 provider.set_tags(node.id, {TAG_STATUS: NodeStatus.UNINITIALIZED})
+        # Before any new head exists (so before its autoscaler can start their new Ray).
+        for node_id, problem in kill_orphaned_ray(config, provider, kept):
+            events(
+                Message(
+                    f"{node_id}: could not kill its old Ray ({problem}); the new head's "
+                    "autoscaler stops it before starting Ray there",
+                    "warning",
+                )
+            )
         return tuple(n.id for n in kept)
+
+
+def kill_orphaned_ray(
+    config: ClusterConfig, provider: NodeProvider, workers: Sequence[Node]
+) -> list[tuple[str, str]]:
+    """Kill the Ray of `workers` (whose head is gone) at once, side by side. Returns (node
+    id, problem) for those where some of it is left."""
+    if not workers:
+        return []
+
+    def kill(node: Node) -> tuple[str, str | None]:
+        try:
+            runner = node_runner(provider, config, node, node_log(config.cluster_name, node.id))
+            return node.id, provider.stop_node_ray(node, runner, force=True)
+        except LauncherError as exc:
+            return node.id, str(exc)
+
+    with ThreadPoolExecutor(max_workers=min(32, len(workers))) as pool:
+        done = list(pool.map(kill, workers))
+    return [(node_id, problem) for node_id, problem in done if problem is not None]
 
 
 def adoptable(nodes: Sequence[Node]) -> list[Node]:
@@ -126,40 +160,26 @@ def bring_up_head(
     return result.head
 
 
-def wait_rejoined(
-    provider: NodeProvider,
-    adopted: Sequence[str],
-    events: EventSink,
-    timeout_s: float,
-    sleep: Callable[[float], None] = time.sleep,
-) -> tuple[str, ...]:
-    """Step 4: until every kept worker is up to date against the new head, failed or gone.
-    Returns those that rejoined."""
-    deadline = time.monotonic() + timeout_s
+@dataclass(frozen=True)
+class Rejoin:
+    waiting: tuple[str, ...]  # kept workers still being set up against the new head
+    rejoined: tuple[str, ...]  # up to date against it
+
+
+def rejoining(nodes: Sequence[Node], adopted: Sequence[str]) -> Rejoin:
+    """Where the kept workers `adopted` are, from a listing: a pure decision. A worker
+    neither waiting nor rejoined failed its setup or is gone (min_workers are the new
+    autoscaler's to keep: a fallback may stand in for a type just taken back)."""
     wanted = set(adopted)
-    while True:
-        workers = {n.id: n for n in provider.workers() if n.id in wanted}
-        waiting = [
-            n
-            for n in workers.values()
-            if n.status not in (NodeStatus.UP_TO_DATE, NodeStatus.FAILED)
-            and n.state in (NodeState.RUNNING, NodeState.PENDING)
-        ]
-        if not waiting:
-            break
-        if time.monotonic() > deadline:
-            events(
-                Message(
-                    f"{len(waiting)} kept worker(s) have not rejoined after {timeout_s:g} s "
-                    f"({', '.join(n.id for n in waiting)}); going on without them",
-                    "warning",
-                )
-            )
-            break
-        sleep(1.0)
-    # min_workers are the new autoscaler's to keep (a fallback may stand in for a type
-    # that was just taken back): the run goes on with what rejoined.
-    return tuple(i for i, n in workers.items() if n.status is NodeStatus.UP_TO_DATE)
+    workers = [n for n in nodes if n.id in wanted]
+    waiting = tuple(
+        n.id
+        for n in workers
+        if n.status not in (NodeStatus.UP_TO_DATE, NodeStatus.FAILED)
+        and n.state in (NodeState.RUNNING, NodeState.PENDING)
+    )
+    rejoined = tuple(n.id for n in workers if n.status is NodeStatus.UP_TO_DATE)
+    return Rejoin(waiting, rejoined)
 
 
 def replace_head(
@@ -171,16 +191,13 @@ def replace_head(
     head_type: str,
     events: EventSink,
     on_phase: PhaseSink,
-    workers_timeout_s: float = 600.0,
     ready_timeout_s: float = 300.0,
 ) -> Replaced:
-    """Steps 1 to 4 (see the module). `ready_timeout_s`: how long the new head may take to
+    """Steps 1 to 3 (see the module). `ready_timeout_s`: how long the new head may take to
     accept commands."""
     adopted = retire_head(config, provider, lost_head, events)
     on_phase("old_head_gone")
     if adopted:
         events(Message(f"keeping {len(adopted)} worker(s): {', '.join(adopted)}"))
     head = bring_up_head(path, overrides, head_type, events, on_phase, ready_timeout_s)
-    rejoined = wait_rejoined(provider, adopted, events, workers_timeout_s)
-    on_phase("workers_rejoined")
-    return Replaced(head, adopted, rejoined)
+    return Replaced(head, adopted)

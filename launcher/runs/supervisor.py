@@ -72,6 +72,7 @@ class Supervisor:
         self._last_probe = 0.0
         self._list_failing = False
         self._start_failures = 0
+        self._rejoin_deadline: float | None = None  # kept workers rejoining until then
 
     # -- the loop -------------------------------------------------------------------------
     def supervise(self) -> Run:
@@ -240,6 +241,7 @@ class Supervisor:
             self._begin_recovery(attempt.head_id, f"it has not answered for {silent:.0f} s")
             return
         head = next((n for n in nodes if n.id == attempt.head_id), None)
+        self._note_rejoined(nodes)
         self._note_losses(nodes)
         silent = self._probe(head) if not follower.done.is_set() else 0.0
         why = decide.head_lost(head, silent, self.options.head_silence_s)
@@ -410,7 +412,6 @@ class Supervisor:
                     head_type,
                     self.events,
                     self._phase,
-                    self.options.workers_timeout_s,
                     ready_timeout_s=300.0 if replaceable else 60.0,
                 )
             except LauncherError as exc:
@@ -470,16 +471,43 @@ class Supervisor:
                 current,
                 new_head=replaced.head.id,
                 new_head_type=replaced.head.node_type,
-                adopted=replaced.rejoined,
+                adopted=replaced.adopted,
             )
         )
-        kept = len(replaced.rejoined)
+        kept = len(replaced.adopted)
         self.say(
             f"run {self.run.id}: new head {replaced.head.id} ({replaced.head.node_type}) "
-            f"up; {kept} worker(s) kept and rejoined"
-            + (f": {', '.join(replaced.rejoined)}" if kept else "")
+            f"up; {kept} worker(s) kept, rejoining it"
+            + (f": {', '.join(replaced.adopted)}" if kept else "")
         )
+        self._rejoin_deadline = time.monotonic() + self.options.workers_timeout_s
         self._update(push=True, state=RunState.RUNNING)
+
+    def _note_rejoined(self, nodes: list[Node]) -> None:
+        """Once the kept workers of the last recovery have rejoined (the driver started
+        meanwhile), note when and which; those that did not in workers_timeout_s are named."""
+        last = self.run.recoveries[-1] if self.run.recoveries else None
+        if last is None or last.new_head is None or "workers_rejoined" in last.phases:
+            return
+        if self._rejoin_deadline is None:  # a supervisor taking the run up
+            self._rejoin_deadline = time.monotonic() + self.options.workers_timeout_s
+        seen = recovery.rejoining(nodes, last.adopted)
+        late = time.monotonic() > self._rejoin_deadline
+        if seen.waiting and not late:
+            return
+        if seen.waiting:
+            self.say(
+                f"run {self.run.id}: {len(seen.waiting)} kept worker(s) have not rejoined "
+                f"after {self.options.workers_timeout_s:g} s ({', '.join(seen.waiting)}); "
+                "going on without them"
+            )
+        elif len(seen.rejoined) < len(last.adopted):
+            lost = sorted(set(last.adopted) - set(seen.rejoined))
+            self.say(f"run {self.run.id}: kept worker(s) {', '.join(lost)} did not rejoin")
+        phases = {**last.phases, "workers_rejoined": time.time() - last.seen_at}
+        done = dataclasses.replace(last, phases=phases, adopted=seen.rejoined)
+        self._rejoin_deadline = None
+        self._update(push=True, recoveries=(*self.run.recoveries[:-1], done))
 
     def _list(self) -> list[Node] | None:
         """The provider's nodes, or None when it could not list them (on-prem keeps its

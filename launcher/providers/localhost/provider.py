@@ -244,9 +244,12 @@ class LocalhostProvider(NodeProvider):
     def _stop(self, node_id: str) -> None:
         stop_processes(self._processes(node_id))
 
-    def stop_node_ray(self, node: Node, runner: CommandRunner) -> str | None:
+    def stop_node_ray(self, node: Node, runner: CommandRunner, force: bool = False) -> str | None:
         # Not `ray stop`: it would stop every Ray node on this machine.
-        self._stop(node.id)
+        if force:
+            kill_processes(self._processes(node.id))
+        else:
+            self._stop(node.id)
         left = self._processes(node.id)
         if left:
             return f"{len(left)} process(es) of node {node.id} still run: pid {left[0]}"

@@ -1,17 +1,24 @@
 """A recovering run on AWS (moto's EC2/IAM server, each instance a real SSH host running
-real Ray: tests/aws_clusters.py): `launcher submit --recover` on a head and one worker, the
-head terminated mid-run by `kill-random-node --head --hard`; a new head (a new instance,
-often at the freed address of the old one, with another host key) comes up, the worker is
-kept (the same instance, its Ray restarted against the new head), and the driver starts
-again there, resuming from the run's storage. Also: a head of its type's fallback (a
-reclaimed spot head comes back on-demand) gets the head's instance profile, as a head of
-the head's type does."""
+real Ray: tests/aws_clusters.py), supervised from a controller: `launcher submit --recover
+--detach` with `metadata.launcher.recover.controller` naming one more SSH host (its own PID
+and mount namespaces, its own home), which gets the launcher, the run and the AWS
+credentials and runs the supervisor. The laptop then "closes": no launcher process of it is
+left and its launcher home is moved away, so what follows is seen as a second machine would
+see it, from the cluster file and the controller alone. The head is terminated mid-run by
+`kill-random-node --head --hard`; the controller's supervisor brings up a new head (a new
+instance, often at the freed address of the old one, with another host key), keeps the
+worker (the same instance, its Ray restarted against the new head), starts the driver
+again there, resuming from the run's storage, and takes the cluster down at the end. Also: a
+head of its type's fallback (a reclaimed spot head comes back on-demand) gets the head's
+instance profile, as a head of the head's type does."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
-import subprocess
+import os
+import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +31,7 @@ from launcher.providers.base import NodeKind
 from tests.aws_clusters import AwsCluster, aws_config, running_cluster
 from tests.aws_fake import LOOPBACK_NET, MotoServer, loopback_vpc, tag
 from tests.cluster_helpers import wait_for
-from tests.ssh_hosts import isolation_unavailable
+from tests.ssh_hosts import IsolatedHost, isolated_hosts, isolation_unavailable, make_key
 
 STEPS, HOLD_AT = 8, 3
 # Ray's GCS listens on every address: a port other than Ray's default, which a cluster of
@@ -34,7 +41,9 @@ GCS_PORT = 6481
 # The driver: counts to STEPS, a step every 0.2 s, keeping the count in the run's storage
 # and resuming from it; each start is noted there with the count it started from. The first
 # attempt stops counting at HOLD_AT and waits there to be lost with its head (so the test
-# need not race it). Once done it notes the Ray nodes alive, from the head it runs on.
+# need not race it). Once done it notes the Ray nodes alive, from the head it runs on, once
+# it sees two (after a recovery the driver starts as soon as the new head is up, while the
+# kept worker rejoins).
 DRIVER = f"""\
 import json, os, socket, time
 from pathlib import Path
@@ -56,7 +65,12 @@ while count < {STEPS}:
     print("step", count, flush=True)
 import ray
 ray.init()
-alive = sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])
+deadline = time.monotonic() + 300
+while True:
+    alive = sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])
+    if len(alive) >= 2 or time.monotonic() > deadline:
+        break
+    time.sleep(0.5)
 (storage / "nodes.json").write_text(json.dumps(alive))
 print("done on", alive, flush=True)
 """
@@ -81,8 +95,11 @@ CONFIG = (
 )
 
 
+CONTROLLER_IP = "127.21.0.2"
+
+
 def _runs(aws: AwsCluster) -> list[dict[str, Any]]:
-    listed = aws.run("jobs", "list", "--json", str(aws.path), timeout=60)
+    listed = aws.run("jobs", "list", "--json", str(aws.path), timeout=120)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     runs: list[dict[str, Any]] = json.loads(listed.stdout)
     return runs
@@ -92,9 +109,86 @@ def _kind(aws: AwsCluster, kind: str) -> list[dict[str, Any]]:
     return [i for i in aws.instances() if tag(i, "launcher-node-kind") == kind]
 
 
-def _explain(aws: AwsCluster, output: str) -> str:
+def _supervisors(run_id: str) -> dict[str, list[int]]:
+    """The processes of this box supervising `run_id`, by PID namespace."""
+    found: dict[str, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            namespace = os.readlink(entry / "ns" / "pid")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv]
+        if "launcher" in words and "supervise" in words and run_id in words:
+            found.setdefault(namespace, []).append(int(entry.name))
+    return found
+
+
+def _assert_supervised_on(controller: IsolatedHost, run_id: str) -> None:
+    """The run's one supervisor runs on the controller; none on this machine (the laptop)."""
+    supervisors = _supervisors(run_id)
+    assert os.readlink("/proc/self/ns/pid") not in supervisors, supervisors
+    on_controller = set(controller.processes())
+    assert [set(pids) <= on_controller for pids in supervisors.values()] == [True], supervisors
+
+
+def _explain(aws: AwsCluster, controller: IsolatedHost, run_id: str) -> str:
+    log = controller.path(f"~/.launcher-controller/runs/{aws.name}/{run_id}/supervisor.log")
+    text = log.read_text(errors="replace") if log.exists() else "(no supervisor.log)"
     monitor = aws.run("monitor", "--no-follow", "--lines", "60", str(aws.path), timeout=60)
-    return f"submit said:\n{output[-6000:]}\nthe autoscaler said:\n{monitor.stdout[-4000:]}"
+    return f"the controller's supervisor said:\n{text[-6000:]}\nthe autoscaler said:\n{monitor.stdout[-4000:]}"
+
+
+def _submit_detached(aws: AwsCluster, script: Path, shared_dir: Path) -> str:
+    """`submit --start --stop --recover --detach` with the config's controller: returns the
+    run's id once the controller's supervisor has started its first attempt."""
+    submitted = aws.run(
+        "submit",
+        str(aws.path),
+        str(script),
+        "--start",
+        "--stop",
+        "--recover",
+        "--detach",
+        "--recover-storage",
+        str(shared_dir),
+        timeout=600,
+    )
+    assert submitted.returncode == 0, submitted.stdout[-6000:] + submitted.stderr[-6000:]
+    match = re.search(
+        r"Run (r-[0-9a-f]+) started \(attempt 1\); supervised by the controller", submitted.stdout
+    )
+    assert match, submitted.stdout
+    assert f"root@{CONTROLLER_IP}:22" in submitted.stdout
+    return match.group(1)
+
+
+def _assert_kept_and_resumed(
+    aws: AwsCluster, shared_dir: Path, old_head: str, workers: set[str], ended: dict[str, Any]
+) -> None:
+    assert ended["state"] == "succeeded" and ended["attempts"] == 2, ended
+    (recovery,) = ended["recoveries_detail"]
+    assert recovery["lost_head"] == old_head
+    new_head = recovery["new_head"]
+    assert new_head and new_head != old_head
+    assert recovery["new_head_type"] == "head"  # terminated, not reclaimed: the same type
+    assert set(recovery["kept_workers"]) == workers  # the same machine, no new one
+    # The driver resumed from storage on the new head, where the kept worker's Ray had
+    # joined the new head's cluster.
+    starts = [line.split() for line in (shared_dir / "starts").read_text().splitlines()]
+    assert starts == [["1", "0"], ["2", str(HOLD_AT)]], starts
+    assert int((shared_dir / "count").read_text()) == STEPS
+    views = {v.id: v for v in aws.server.instances()}
+    ips = {views[i].private_ip for i in (new_head, *workers)}
+    alive = json.loads((shared_dir / "nodes.json").read_text())
+    assert set(alive) == ips and len(alive) == 2, alive
+    # Each instance was a real SSH host in loopback space, and only those three were
+    # launched (no machine bought for the kept worker). `--stop` left none running.
+    assert {i for i, _ in aws.hosts.started} == {old_head, new_head, *workers}
+    assert all(ipaddress.ip_address(ip) in LOOPBACK_NET for _, ip in aws.hosts.started)
+    assert [v.id for v in views.values() if v.state != "terminated"] == []
 
 
 @pytest.mark.skipif(isolation_unavailable() is not None, reason=str(isolation_unavailable()))
@@ -103,34 +197,35 @@ def test_a_run_survives_its_head_terminated_keeping_its_worker(
 ) -> None:
     script = tmp_path / "count.py"
     script.write_text(DRIVER)
-    with running_cluster(tmp_path, CONFIG) as aws:
-        argv = [str(aws.path), str(script), "--start", "--stop", "--recover"]
-        submit = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "launcher",
-                "submit",
-                *argv,
-                "--recover-storage",
-                str(shared_dir),
-            ],
-            env=aws.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+    key = make_key(tmp_path / "controller_key")
+    config = (
+        CONFIG
+        + "metadata:\n  launcher:\n    recover:\n      controller:\n"
+        + f"        host: {CONTROLLER_IP}\n        ssh_user: root\n"
+        + f"        ssh_private_key: {key}\n        python: {sys.executable}\n"
+    )
+    with (
+        running_cluster(tmp_path, config) as aws,
+        isolated_hosts(key, CONTROLLER_IP, 1) as (controller,),
+    ):
+        laptop_home = Path(aws.env["LAUNCHER_HOME"])
+        run_id = _submit_detached(aws, script, shared_dir)
+
+        # The laptop closes: no supervisor of the run is left on it (the only one runs in
+        # the controller's PID namespace), and its launcher home is gone.
+        _assert_supervised_on(controller, run_id)
+        shutil.move(laptop_home, tmp_path / "laptop-home-gone")
+        aws.env["LAUNCHER_HOME"] = str(tmp_path / "second-machine")
         try:
             count = shared_dir / "count"
             wait_for(
-                lambda: (
-                    submit.poll() is not None
-                    or (count.exists() and int(count.read_text() or 0) >= HOLD_AT)
-                ),
+                lambda: count.exists() and int(count.read_text() or 0) >= HOLD_AT,
                 300,
                 "the first attempt to count to its hold",
             )
-            assert submit.poll() is None, submit.communicate()[0][-6000:]
+            (running,) = _runs(aws)
+            assert running["id"] == run_id and running["state"] == "running", running
+            assert running["supervised"] and running["attempts"] == 1, running
             (old_head,) = _kind(aws, "head")
             workers = {i["InstanceId"] for i in _kind(aws, "worker")}
             assert len(workers) == 1 and all(
@@ -143,42 +238,39 @@ def test_a_run_survives_its_head_terminated_keeping_its_worker(
             (gone,) = aws.instances("terminated", "shutting-down")
             assert gone["InstanceId"] == old_head["InstanceId"]
 
+            ended: dict[str, Any] = {}
+
+            def run_ended() -> bool:
+                (ended_now,) = _runs(aws)
+                ended.update(ended_now)
+                return ended_now["state"] not in ("running", "recovering")
+
             try:
-                output, _ = submit.communicate(timeout=400)
-            except subprocess.TimeoutExpired:
-                submit.kill()
-                raise AssertionError(_explain(aws, submit.communicate()[0])) from None
-            assert submit.returncode == 0, _explain(aws, output)
+                wait_for(run_ended, 400, "the run to end")
+                # --stop, by the controller's supervisor once the run had ended.
+                wait_for(lambda: not aws.instances(), 300, "the cluster to be taken down")
+            except AssertionError:
+                raise AssertionError(_explain(aws, controller, run_id)) from None
+            supervisor_log = controller.path(
+                f"~/.launcher-controller/runs/{aws.name}/{run_id}/supervisor.log"
+            ).read_text(errors="replace")
+            logs = aws.run("jobs", "logs", str(aws.path), run_id, timeout=120)
         finally:
-            if submit.poll() is None:
-                submit.kill()
-                submit.wait()
+            aws.env["LAUNCHER_HOME"] = str(laptop_home)
+            shutil.move(tmp_path / "laptop-home-gone", laptop_home)
 
-        assert f"head {old_head['InstanceId']} lost" in output, output[-6000:]
-        (ended,) = _runs(aws)
-        assert ended["state"] == "succeeded" and ended["attempts"] == 2, ended
-        (recovery,) = ended["recoveries_detail"]
-        assert recovery["lost_head"] == old_head["InstanceId"]
-        new_head = recovery["new_head"]
-        assert new_head and new_head != old_head["InstanceId"]
-        assert recovery["new_head_type"] == "head"  # terminated, not reclaimed: the same type
-        assert set(recovery["kept_workers"]) == workers  # the same machine, no new one
-
-        # The driver resumed from storage on the new head, where the kept worker's Ray had
-        # joined the new head's cluster.
-        starts = [line.split() for line in (shared_dir / "starts").read_text().splitlines()]
-        assert starts == [["1", "0"], ["2", str(HOLD_AT)]], starts
-        assert int(count.read_text()) == STEPS
-        views = {v.id: v for v in aws.server.instances()}
-        ips = {views[i].private_ip for i in (new_head, *workers)}
-        alive = json.loads((shared_dir / "nodes.json").read_text())
-        assert set(alive) == ips and len(alive) == 2, alive
-        # Each instance was a real SSH host in loopback space, and only those three were
-        # launched (no machine bought for the kept worker). `--stop` left none running.
-        assert {i for i, _ in aws.hosts.started} == {old_head["InstanceId"], new_head, *workers}
-        assert all(ipaddress.ip_address(ip) in LOOPBACK_NET for _, ip in aws.hosts.started)
-        assert "Terminated 2 node(s)" in output, output[-3000:]
-        assert [v.id for v in views.values() if v.state != "terminated"] == []
+        _assert_kept_and_resumed(aws, shared_dir, old_head["InstanceId"], workers, ended)
+        assert f"head {old_head['InstanceId']} lost" in supervisor_log, supervisor_log[-6000:]
+        assert "Terminated 2 node(s)" in supervisor_log, supervisor_log[-3000:]
+        # The driver's output across both attempts, from the controller (no node is left).
+        assert logs.returncode == 0, logs.stdout + logs.stderr
+        assert "resuming from 0" in logs.stdout, logs.stdout
+        assert f"resuming from {HOLD_AT}" in logs.stdout, logs.stdout
+        # The credentials reached the controller as 0600 files in a 0700 directory.
+        secrets = controller.path(f"~/.launcher-controller/secrets/{aws.name}")
+        assert secrets.stat().st_mode & 0o777 == 0o700
+        assert {f.stat().st_mode & 0o777 for f in secrets.iterdir()} == {0o600}
+        assert "AWS_ENDPOINT_URL" in (secrets / "env").read_text()
 
 
 def test_a_head_of_a_fallback_type_gets_the_head_s_instance_profile(

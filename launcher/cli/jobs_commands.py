@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import signal
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -30,12 +29,13 @@ from launcher.cli.cluster_commands import (
 from launcher.cli.progress import ProgressView
 from launcher.cluster.head import connect
 from launcher.config.loader import Overrides
-from launcher.config.model import ClusterConfig
+from launcher.config.model import ClusterConfig, ControllerSettings
 from launcher.errors import LauncherError, NoClusterError, UsageError
 from launcher.providers.factory import make_provider
+from launcher.runs import controller as remote
 from launcher.runs import driver, replica, store
-from launcher.runs.listing import known_runs, state_of
-from launcher.runs.model import Run, RunState
+from launcher.runs.listing import controller_for, known_runs, state_of
+from launcher.runs.model import Run, RunState, this_host
 from launcher.runs.supervisor import Supervisor
 
 
@@ -221,6 +221,10 @@ def logs(
         raise UsageError("--follow and --json do not go together")
     config = cli_config(cluster_config_file, cluster_name)
     run = _pick(config, run_id)
+    where = controller_for(config, run)
+    if where is not None and not (follow and _unsupervised(run)):
+        _controller_logs(settings, where, run, follow, as_json)
+        return
     if as_json:
         settings.output.json({"id": run.id, "state": run.state.value, "attempts": _texts(run)})
         return
@@ -241,12 +245,52 @@ def logs(
     _take_up(settings, run, config, cluster_name)
 
 
-def _texts(run: Run) -> list[dict[str, object]]:
-    """Each attempt's output from this machine's log (split at the attempts' banners)."""
+def _unsupervised(run: Run) -> bool:
+    return not run.state.ended and (run.supervisor is None or not run.supervisor.live(time.time()))
+
+
+def _controller_logs(
+    settings: Settings, where: ControllerSettings, run: Run, follow: bool, as_json: bool
+) -> None:
+    """`jobs logs` of a run a controller supervises: its log and record as the controller
+    keeps them (right after `--stop` took the nodes too)."""
+    ctl = remote.Controller(where)
     try:
-        text = store.log_path(run.cluster_name, run.id).read_text(errors="replace")
-    except OSError:
-        text = ""
+        text = remote.log_text(ctl, run)
+        if as_json:
+            attempts = _texts(run, text)
+            settings.output.json({"id": run.id, "state": run.state.value, "attempts": attempts})
+            return
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        if not follow or run.state.ended:
+            return
+        try:
+            ended = remote.follow(ctl, run, _write, offset=len(text.encode()))
+        except KeyboardInterrupt:
+            settings.output.line(
+                f"Stopped following run {run.id}; the controller {ctl.name} goes on supervising it."
+            )
+            sys.exit(130)
+    finally:
+        ctl.close()
+    say_run_end(settings, ended)
+    sys.exit(run_exit_code(ended))
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _texts(run: Run, text: str | None = None) -> list[dict[str, object]]:
+    """Each attempt's output from this machine's log, or `text` (split at the attempts'
+    banners)."""
+    if text is None:
+        try:
+            text = store.log_path(run.cluster_name, run.id).read_text(errors="replace")
+        except OSError:
+            text = ""
     parts = re.split(r"^=== launcher: attempt (\d+) .*===\n", text, flags=re.MULTILINE)
     found = {int(n): body for n, body in zip(parts[1::2], parts[2::2], strict=False)}
     return [
@@ -281,7 +325,7 @@ def _follow_elsewhere(settings: Settings, config: ClusterConfig, run: Run) -> No
 
 
 def _host() -> str:
-    return socket.gethostname()
+    return this_host()
 
 
 def _print_local_log(run: Run, offset: int) -> int:
@@ -402,7 +446,15 @@ def cancel(
     )
     if not confirmer(yes)(question):
         raise click.exceptions.Exit(1)
-    store.request_cancel(run.cluster_name, run.id)  # for a supervisor on this machine
+    where = controller_for(config, run)
+    if where is not None:
+        ctl = remote.Controller(where)
+        try:
+            remote.request_cancel(ctl, run)  # store.cancel_requested there reads it
+        finally:
+            ctl.close()
+    else:
+        store.request_cancel(run.cluster_name, run.id)  # for a supervisor on this machine
     attempt = run.attempt
     stopped = attempt is None or attempt.ended_at is not None
     if not stopped and attempt is not None:
@@ -417,6 +469,12 @@ def cancel(
         store.save(ended)
         with suppress(LauncherError):
             replica.push(make_provider(config), config, ended)
+    elif where is not None:
+        ctl = remote.Controller(where)
+        try:
+            remote.wait_ended(ctl, run)
+        finally:
+            ctl.close()
     elif run.supervisor is not None and run.supervisor.host == _host():
         _wait_cancelled(run)
     if as_json:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -22,9 +23,11 @@ from launcher.cli.jobs_commands import run_exit_code, say_run_end, supervise_her
 from launcher.cluster import ops
 from launcher.cluster.head import connect
 from launcher.config.loader import Overrides, load_config
-from launcher.config.model import ClusterConfig
+from launcher.config.model import ClusterConfig, ControllerSettings
 from launcher.errors import UsageError
-from launcher.runs import launch
+from launcher.runs import controller as remote
+from launcher.runs import launch, store
+from launcher.runs.model import Run
 from launcher.runs.storage import check_storage
 
 
@@ -67,6 +70,13 @@ from launcher.runs.storage import check_storage
     help="With --recover: supervise the run from a process of its own and return once it "
     "has started; follow it with `launcher jobs logs --follow`.",
 )
+@click.option(
+    "--controller",
+    metavar="[USER@]HOST[:PORT]",
+    help="With --recover: supervise the run from this always-on machine, over SSH, so it "
+    "outlives this one (closed, asleep, gone); the launcher, the run and the provider's "
+    "credentials are put there [default: metadata.launcher.recover.controller].",
+)
 @session_options
 @port_option
 @name_option
@@ -83,6 +93,7 @@ def submit(
     storage_path: str | None,
     max_restarts_on_errors: int | None,
     detach: bool,
+    controller: str | None,
     screen: bool,
     tmux: bool,
     port_forward: tuple[tuple[int, int], ...],
@@ -93,9 +104,10 @@ def submit(
     options = ops.RunOptions(screen=screen, tmux=tmux, port_forward=port_forward)
     recovering = recover is True or (recover is None and _config_recovers(cluster_config_file))
     if not recovering:
-        if detach or storage_path or max_restarts_on_errors is not None:
+        if detach or storage_path or max_restarts_on_errors is not None or controller:
             raise UsageError(
-                "--detach, --recover-storage and --max-restarts-on-errors go with --recover"
+                "--detach, --recover-storage, --max-restarts-on-errors and --controller go "
+                "with --recover"
             )
 
         def action(config: ClusterConfig) -> int:
@@ -121,7 +133,13 @@ def submit(
             "reaches, or a URI such as s3://BUCKET/PATH"
         )
 
+    overrides = Overrides(cluster_name=cluster_name, controller=controller)
+    # Refused before anything starts (a bad host, a provider no controller can serve).
+    on_controller = load_config(cluster_config_file, overrides).recover.controller is not None
+
     def recovering_action(config: ClusterConfig) -> int:
+        if controller:
+            config = load_config(cluster_config_file, overrides)
         chosen = launch.settings_for(config, True, storage_path, max_restarts_on_errors)
         assert chosen is not None
         if chosen.storage_path:
@@ -131,6 +149,18 @@ def submit(
                 "warning: no storage path (--recover-storage, metadata.launcher.recover."
                 "storage_path): after a lost head the script starts again from what it keeps "
                 "itself; Tune and Train resume only from storage every node reaches"
+            )
+        if chosen.controller is not None:
+            run = launch.create_run(
+                config,
+                Path(script),
+                script_args,
+                chosen,
+                stop=stop,
+                controller=str(chosen.controller),
+            )
+            return _supervise_on_controller(
+                settings, config, chosen.controller, run, cluster_name, cluster_config_file, detach
             )
         run = launch.create_run(config, Path(script), script_args, chosen, stop=stop)
         if detach:
@@ -153,7 +183,7 @@ def submit(
             cluster_config_file,
             cluster_name,
             start,
-            stop and not detach,
+            stop and not detach and not on_controller,
             recovering_action,
         )
     )
@@ -162,3 +192,52 @@ def submit(
 def _config_recovers(path: str) -> bool:
     """Whether the config turns recovery on (read again by the command itself)."""
     return load_config(path, Overrides()).recover.enabled
+
+
+def _supervise_on_controller(
+    settings: Settings,
+    config: ClusterConfig,
+    where: ControllerSettings,
+    run: Run,
+    cluster_name: str | None,
+    path: str,
+    detach: bool,
+) -> int:
+    """Put the run's supervisor on its controller; with `detach`, return once it has started
+    the first attempt, else follow the driver's output from there until the run ends.
+    Ctrl-C (or this machine going away) leaves the run with the controller."""
+    ctl = remote.Controller(where)
+    try:
+        pid = remote.start(ctl, config, run, cluster_name, settings.output.line)
+        started = remote.wait_first_attempt(ctl, run, pid)
+        follow_hint = f"`launcher jobs logs {path} {run.id} --follow`"
+        if detach:
+            settings.output.line(
+                f"Run {run.id} started (attempt {len(started.attempts)}); supervised by the "
+                f"controller {ctl.name} (process {pid} there), with this machine closed too. "
+                f"Follow it with {follow_hint}"
+                + (" ; the cluster goes down once it ends." if run.stop else ".")
+            )
+            return 0
+        settings.output.line(
+            f"Run {run.id} started on the controller {ctl.name}; following its output "
+            "(Ctrl-C stops following, not the run)."
+        )
+        try:
+            ended = remote.follow(ctl, started, _write)
+        except KeyboardInterrupt:
+            settings.output.line(
+                f"Stopped following run {run.id}; the controller {ctl.name} goes on "
+                f"supervising it ({follow_hint})."
+            )
+            return 130
+        store.save(dataclasses.replace(ended, config_path=run.config_path))
+        say_run_end(settings, ended)
+        return run_exit_code(ended)
+    finally:
+        ctl.close()
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()

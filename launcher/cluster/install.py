@@ -174,6 +174,10 @@ def _install_script(
     choice_digest: str,
     modules: Sequence[str],
     requirements: Sequence[str],
+    *,
+    venv: str = VENV,
+    needed: Sequence[str] = _NEEDED,
+    with_ray: bool = True,
 ) -> str:
     """Shell run on the head: make the environment over `python` (the head's Python with
     Ray) and unpack the wheel in it.
@@ -183,8 +187,11 @@ def _install_script(
     The environment is built beside the old one (`$V.new.PID`) and moved into place only
     once complete, and the wheel sits in a directory of this install's own: an earlier
     `up` killed mid-install leaves its script running on the head, which must neither
-    remove this install's wheel nor half-empty the environment under it."""
-    checks = shlex.quote("; ".join(f"import {name}" for name in (*_NEEDED, *modules)))
+    remove this install's wheel nor half-empty the environment under it.
+
+    `venv`, `needed` and `with_ray` serve a run's controller (install_on_controller), which
+    needs the launcher and the provider's SDK but no Ray."""
+    checks = shlex.quote("; ".join(f"import {name}" for name in (*needed, *modules)))
     more = " ".join(shlex.quote(r) for r in requirements)
     purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
     ray_origin = "import importlib.util as u; print(u.find_spec('ray').origin)"
@@ -195,7 +202,7 @@ def _install_script(
     )
     return "\n".join(
         [
-            f'V="{VENV}"; T="$V.new.$$"; W={shlex.quote(wheel_on_head)}',
+            f'V="{venv}"; T="$V.new.$$"; W={shlex.quote(wheel_on_head)}',
             'trap \'rm -rf "$T" "$(dirname "$W")"\' EXIT',
             f"PY={shlex.quote(python)}",
             '"$PY" -m venv --without-pip "$T" || exit 4',
@@ -210,7 +217,9 @@ def _install_script(
             "fi",
             f'echo {digest} > "$T/.launcher-digest"; echo "$PY" > "$T/.launcher-python"',
             f'echo {choice_digest} > "$T/.launcher-choice"',
-            f'"$PY" -c {shlex.quote(ray_origin)} > "$T/.launcher-ray" || exit 6',
+            f'"$PY" -c {shlex.quote(ray_origin)} > "$T/.launcher-ray" || exit 6'
+            if with_ray
+            else "true",
             # A concurrent install of the same wheel may have moved its own in first: fine.
             'rm -rf "$V" && mv -T "$T" "$V" || [ -x "$V/bin/python" ] || exit 7',
         ]
@@ -259,6 +268,69 @@ def install_on_head(
             f"could not install the launcher on the head with {python}: {last}; {choice.advice()}"
         )
     return wheel, "installed"
+
+
+# What the launcher imports on a run's controller (launcher/runs/controller.py): no Ray.
+CONTROLLER_NEEDED = ("launcher.cli.main", "yaml", "jsonschema", "paramiko", "click", "rich")
+
+
+def install_on_controller(
+    runner: CommandRunner,
+    venv_in_home: str,
+    python: str | None,
+    sdk_module: str | None = None,
+    sdk_extra: str | None = None,
+) -> tuple[str, str]:
+    """Install the running launcher on a run's controller in `~/venv_in_home`, over
+    `python` (the one the config names; else `python3` there), with the provider's SDK
+    from pip when that Python lacks it. The controller needs no Ray. Returns the venv's
+    interpreter and "reused" or "installed"; LauncherError naming what is wrong."""
+    wheel = build_wheel()
+    venv = f"$HOME/{venv_in_home}"
+    chosen = python or "python3"
+    word = f'"$HOME"/{shlex.quote(chosen[2:])}' if chosen.startswith("~/") else shlex.quote(chosen)
+    version_check = shlex.quote("import sys; sys.exit(sys.version_info < (3, 11))")
+    probe = runner.run(
+        f'PY=$(command -v {word}) || {{ echo "@@nopython"; exit 3; }}; '
+        f'"$PY" -c {version_check} || {{ echo "@@old"; exit 3; }}; echo "@@python $PY"; '
+        f'[ "$(cat "{venv}/.launcher-digest" 2>/dev/null)" = {wheel.digest} ] && '
+        f'[ "$(cat "{venv}/.launcher-python" 2>/dev/null)" = "$PY" ] && '
+        f'[ -x "{venv}/bin/python" ] && echo "@@reuse yes"; true'
+    )
+    found, _ = parse_python(probe.output_tail)
+    if found is None:
+        why = "is older than 3.11" if "@@old" in probe.output_tail else "is not there"
+        raise LauncherError(
+            f"could not install the launcher on the controller: {chosen} {why}; set "
+            "metadata.launcher.recover.controller.python to a Python 3.11+ there"
+        )
+    interpreter = runner.remote_path(f"~/{venv_in_home}/bin/python")
+    if "@@reuse yes" in probe.output_tail:
+        return interpreter, "reused"
+    remote = f"~/{venv_in_home}.upload-{uuid.uuid4().hex[:12]}/{wheel.path.name}"
+    runner.put(str(wheel.path), remote)
+    modules = (sdk_module,) if sdk_module else ()
+    requirements = [*_requirements(), *(_requirements(sdk_extra) if sdk_extra else [])]
+    script = _install_script(
+        runner.remote_path(remote),
+        wheel.digest,
+        found,
+        "controller",
+        modules,
+        requirements,
+        venv=venv,
+        needed=CONTROLLER_NEEDED,
+        with_ray=False,
+    )
+    result = runner.run(script)
+    if not result.ok:
+        last = (result.output_tail.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
+        raise LauncherError(
+            f"could not install the launcher on the controller with {found}: {last}; set "
+            "metadata.launcher.recover.controller.python to a Python 3.11+ there that has "
+            "the launcher's dependencies"
+        )
+    return interpreter, "installed"
 
 
 HEAD_KEY = "~/.launcher/head/ssh-key"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,6 +12,7 @@ from launcher.config.model import (
     AuthConfig,
     Autostop,
     ClusterConfig,
+    ControllerSettings,
     DockerConfig,
     NodeType,
     NodeTypeDocker,
@@ -98,6 +100,21 @@ def _recover(merged: Mapping[str, Any]) -> RecoverSettings:
         max_restarts_on_errors=int(raw.get("max_restarts_on_errors", 0)),
         storage_path=None if path is None else str(path),
         same_head_type=bool(raw.get("same_head_type", False)),
+        controller=_controller(raw.get("controller"), merged.get("auth") or {}),
+    )
+
+
+def _controller(raw: object, auth: Mapping[str, Any]) -> ControllerSettings | None:
+    if not isinstance(raw, Mapping):
+        return None
+    key = raw.get("ssh_private_key") or auth.get("ssh_private_key")
+    python = raw.get("python")
+    return ControllerSettings(
+        host=str(raw["host"]),
+        ssh_user=str(raw.get("ssh_user") or getpass.getuser()),
+        ssh_port=int(raw.get("ssh_port", 22)),
+        ssh_private_key=None if key is None else str(key),
+        python=None if python is None else str(python),
     )
 
 

@@ -38,6 +38,7 @@ class Overrides:
     min_workers: int | None = None
     max_workers: int | None = None
     no_restart: bool = False
+    controller: str | None = None  # `submit --controller [USER@]HOST[:PORT]`
 
 
 # No cluster config comes near this (Kubernetes keeps a whole ConfigMap under 1 MiB); the cap
@@ -154,6 +155,7 @@ def parse_config(
     problems += check_config(merged, cwd or Path.cwd(), local_files=local_files)
     if spec is not None:
         problems += spec.check(merged)
+        problems += controller_problems(merged, spec, local_files=local_files)
     located = _locate(problems, document, aliases)
     errors = [p for p in located if p.is_error]
     if errors or spec is None:
@@ -231,11 +233,52 @@ def _apply_overrides(merged: dict[str, Any], overrides: Overrides) -> None:
         merged["max_workers"] = overrides.max_workers
     if overrides.no_restart:
         merged["no_restart"] = True
+    if overrides.controller is not None:
+        _override_controller(merged, overrides.controller)
     if overrides.min_workers is not None and isinstance(merged.get("available_node_types"), dict):
         head = merged.get("head_node_type")
         for name, node_type in merged["available_node_types"].items():
             if name != head and isinstance(node_type, dict):
                 node_type["min_workers"] = overrides.min_workers
+
+
+def parse_controller(text: str) -> dict[str, Any]:
+    """`[USER@]HOST[:PORT]` as metadata.launcher.recover.controller keys (the schema judges
+    the values). UsageError for a port that is not a number."""
+    user, _, host = text.rpartition("@")
+    port: int | None = None
+    if host.count(":") == 1:  # an IPv6 address has more: give it as [ADDR]:PORT
+        host, _, port_text = host.partition(":")
+        if not port_text.isdigit():
+            raise UsageError(
+                f"--controller {text}: the port {port_text!r} is not a number; give "
+                "[USER@]HOST[:PORT], such as ubuntu@ctl.example.com:22"
+            )
+        port = int(port_text)
+    elif host.startswith("[") and "]:" in host:
+        host, _, port_text = host.rpartition(":")
+        if port_text.isdigit():
+            port = int(port_text)
+    found: dict[str, Any] = {"host": host}
+    if user:
+        found["ssh_user"] = user
+    if port is not None:
+        found["ssh_port"] = port
+    return found
+
+
+def _override_controller(merged: dict[str, Any], text: str) -> None:
+    metadata = merged.setdefault("metadata", {})
+    own = metadata.setdefault("launcher", {}) if isinstance(metadata, dict) else None
+    if not isinstance(own, dict):
+        return
+    recover = own.get("recover")
+    if not isinstance(recover, dict):
+        recover = {"enabled": bool(recover)} if recover is not None else {"enabled": False}
+        own["recover"] = recover
+    current = recover.get("controller")
+    base = dict(current) if isinstance(current, Mapping) else {}
+    recover["controller"] = {**base, **parse_controller(text)}
 
 
 def _validate(merged: dict[str, Any], spec: ProviderSpec | None) -> list[Problem]:
@@ -287,3 +330,39 @@ def _unalias(path: YamlPath, aliases: Aliases) -> YamlPath:
         if path[: len(prefix)] == prefix:
             return original + path[len(prefix) :]
     return path
+
+
+_CONTROLLER: YamlPath = ("metadata", "launcher", "recover", "controller")
+
+
+def controller_problems(
+    merged: Mapping[str, Any], spec: ProviderSpec, *, local_files: bool = True
+) -> list[Problem]:
+    """metadata.launcher.recover.controller: refused for a provider that declares no
+    credentials for a controller (its nodes are this machine's processes), and a key file
+    it names must exist here."""
+    own = (merged.get("metadata") or {}).get("launcher") or {}
+    recover = own.get("recover") if isinstance(own, Mapping) else None
+    controller = recover.get("controller") if isinstance(recover, Mapping) else None
+    if not isinstance(controller, Mapping):
+        return []
+    if spec.controller_credentials is None:
+        return [
+            Problem(
+                _CONTROLLER,
+                f"a {spec.title} cluster cannot be supervised from a controller: its nodes are "
+                "processes of this machine, which a controller elsewhere cannot run",
+                "remove the controller (`submit --recover --detach` supervises it from this "
+                "machine)",
+            )
+        ]
+    key = controller.get("ssh_private_key")
+    if local_files and isinstance(key, str) and not Path(key).expanduser().is_file():
+        return [
+            Problem(
+                (*_CONTROLLER, "ssh_private_key"),
+                f"{key} is not a file on this machine",
+                "name the private key that logs in on the controller",
+            )
+        ]
+    return []

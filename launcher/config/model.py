@@ -102,6 +102,21 @@ class Autostop:
 
 
 @dataclass(frozen=True)
+class ControllerSettings:
+    """metadata.launcher.recover.controller: an always-on machine, reached over SSH, that
+    runs a recovering run's supervisor (launcher/runs/controller.py)."""
+
+    host: str
+    ssh_user: str
+    ssh_port: int = 22
+    ssh_private_key: str | None = None  # the cluster's auth.ssh_private_key by default
+    python: str | None = None  # a Python 3.11+ there with the launcher's dependencies
+
+    def __str__(self) -> str:
+        return f"{self.ssh_user}@{self.host}:{self.ssh_port}"
+
+
+@dataclass(frozen=True)
 class RecoverSettings:
     """metadata.launcher.recover: how `launcher submit` runs recover (see runs/)."""
 
@@ -109,6 +124,7 @@ class RecoverSettings:
     max_restarts_on_errors: int = 0
     storage_path: str | None = None
     same_head_type: bool = False
+    controller: ControllerSettings | None = None
 
 
 @dataclass(frozen=True)

@@ -216,6 +216,12 @@ def _convert(error: ValidationError, base: YamlPath) -> Iterator[Problem]:
     if kind == "minLength":
         yield Problem(path, "must not be empty", hint)
         return
+    if kind == "anyOf":
+        subs = _branch_errors(error)
+        if subs:
+            for sub in subs:
+                yield from _convert(sub, base)
+            return
     if kind == "propertyNames":
         for sub in error.context:
             sub_hint = sub.schema.get("x-hint") if isinstance(sub.schema, Mapping) else None
@@ -226,6 +232,37 @@ def _convert(error: ValidationError, base: YamlPath) -> Iterator[Problem]:
             )
         return
     yield Problem(path, error.message, hint)
+
+
+def _branch_errors(error: ValidationError) -> list[ValidationError]:
+    """For a value of exactly one `anyOf` branch's type (the mapping form of `recover:
+    true|{...}`), that branch's own errors, to say instead of "valid under none"."""
+    branches = error.validator_value if isinstance(error.validator_value, list) else []
+    typed = [
+        i
+        for i, branch in enumerate(branches)
+        if isinstance(branch, Mapping) and _of_type(error.instance, branch.get("type"))
+    ]
+    if len(typed) != 1:
+        return []
+    return [
+        sub
+        for sub in error.context or ()
+        if sub.relative_schema_path and sub.relative_schema_path[0] == typed[0]
+    ]
+
+
+_PYTHON_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (Mapping,),
+    "array": (list, tuple),
+    "string": (str,),
+    "boolean": (bool,),
+}
+
+
+def _of_type(value: object, kind: object) -> bool:
+    types = _PYTHON_TYPES.get(str(kind))
+    return types is not None and isinstance(value, types)
 
 
 def _number(value: object) -> str:

@@ -36,6 +36,27 @@ class NodeOffer:
     billed: bool = True  # False for machines the user already owns (localhost, on-prem)
 
 
+@dataclass(frozen=True)
+class CredentialFile:
+    """A file of credentials a controller gets (launcher/runs/controller.py): the one
+    `variable` names on this machine if set, else the first of `defaults` (paths under the
+    user's home) that exists. On the controller `variable` names its copy."""
+
+    variable: str
+    defaults: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ControllerCredentials:
+    """What a provider's calls need from this machine's environment, handed to a run's
+    controller so the supervisor there can launch a head: the environment variables by
+    name (`variables`, and any starting with one of `prefixes`) that are set, and files."""
+
+    variables: tuple[str, ...] = ()
+    prefixes: tuple[str, ...] = ()
+    files: tuple[CredentialFile, ...] = ()
+
+
 class ProviderSpec:
     """Base spec; providers override what applies to them."""
 
@@ -45,6 +66,9 @@ class ProviderSpec:
     defaults_name: str = ""
     install_extra: str | None = None
     sdk_module: str | None = None
+    # What a controller of this provider's recovering runs is given; None: such a cluster
+    # cannot be supervised from another machine (its nodes are this machine's processes).
+    controller_credentials: ControllerCredentials | None = None
 
     def prepare(self, raw: dict[str, Any]) -> list[Problem]:
         """Adjust the user's config before legacy conversion and defaults; may edit `raw`."""

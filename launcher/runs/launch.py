@@ -48,8 +48,10 @@ def create_run(
     settings: RecoverSettings,
     *,
     stop: bool,
+    controller: str | None = None,
 ) -> Run:
-    """A new run, kept on this machine with a copy of its script."""
+    """A new run, kept on this machine with a copy of its script; `controller` names the
+    machine that is to supervise it (launcher/runs/controller.py)."""
     run = Run(
         id=store.new_run_id(),
         cluster_name=config.cluster_name,
@@ -62,6 +64,7 @@ def create_run(
         stop=stop,
         same_head_type=settings.same_head_type,
         updated_at=time.time(),
+        controller=controller,
     )
     store.keep_script(run, script)
     store.save(run)

@@ -1,26 +1,80 @@
-"""The runs of a cluster as any machine with its config can know them: this machine's, and
-the copies its nodes keep (newer ones win), for `launcher jobs` and `launcher status`."""
+"""The runs of a cluster as any machine with its config can know them: this machine's, the
+controller's (for runs a controller supervises: launcher/runs/controller.py), and the copies
+the cluster's nodes keep (newer ones win), for `launcher jobs` and `launcher status`."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 
-from launcher.config.model import ClusterConfig
+from launcher.config.model import ClusterConfig, ControllerSettings
 from launcher.errors import LauncherError
 from launcher.providers.factory import make_provider
 from launcher.runs import replica, store
-from launcher.runs.model import Run
+from launcher.runs.model import CONTROLLER_ENV, Run
 
 
 def known_runs(config: ClusterConfig, *, from_cluster: bool = True) -> list[Run]:
-    best = {r.id: r for r in store.local_runs(config.cluster_name)}
-    if from_cluster:
+    local = store.local_runs(config.cluster_name)
+    best = {r.id: r for r in local}
+    answered = False
+    for settings in controllers_of(config, local):
+        try:
+            held = _controller_runs(settings, config)
+        except LauncherError:
+            continue
+        answered = True
+        for run in held:
+            known = best.get(run.id)
+            if known is None or run.updated_at >= known.updated_at:
+                # The record as the controller keeps it, but naming this machine's config.
+                path = known.config_path if known is not None else config.source or ""
+                best[run.id] = dataclasses.replace(run, config_path=path)
+    if from_cluster and not answered:
         with contextlib.suppress(LauncherError):
             for run in replica.fetch(make_provider(config), config):
                 known = best.get(run.id)
                 if known is None or run.updated_at > known.updated_at:
                     best[run.id] = run
     return sorted(best.values(), key=lambda r: r.created_at)
+
+
+def controllers_of(config: ClusterConfig, runs: list[Run]) -> list[ControllerSettings]:
+    """The controllers that may hold the cluster's runs: the config's, and those this
+    machine's runs name. None on a controller itself (its runs are its own)."""
+    from launcher.runs.controller import settings_from
+
+    if os.environ.get(CONTROLLER_ENV):
+        return []
+    base = config.recover.controller
+    found = {str(base): base} if base is not None else {}
+    for run in runs:
+        if run.controller and run.controller not in found:
+            found[run.controller] = settings_from(run.controller, base, config.auth.ssh_private_key)
+    return list(found.values())
+
+
+def controller_for(config: ClusterConfig, run: Run) -> ControllerSettings | None:
+    """The controller that supervises `run`, or None."""
+    if not run.controller or os.environ.get(CONTROLLER_ENV):
+        return None
+    base = config.recover.controller
+    if base is not None and str(base) == run.controller:
+        return base
+    from launcher.runs.controller import settings_from
+
+    return settings_from(run.controller, base, config.auth.ssh_private_key)
+
+
+def _controller_runs(settings: ControllerSettings, config: ClusterConfig) -> list[Run]:
+    from launcher.runs.controller import Controller, runs
+
+    controller = Controller(settings)
+    try:
+        return runs(controller, config.cluster_name)
+    finally:
+        controller.close()
 
 
 def state_of(run: Run, now: float) -> str:

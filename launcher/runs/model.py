@@ -71,6 +71,18 @@ class Recovery:
     ended_at: float | None = None
 
 
+# Set for a supervisor on a run's controller (launcher/runs/controller.py): the name its
+# lease gives its machine, "controller USER@HOST:PORT", as the laptop reaches it. Its host
+# name alone may be the laptop's own (a container, a copied image), and its process ids
+# are not the laptop's to look up.
+CONTROLLER_ENV = "LAUNCHER_CONTROLLER"
+
+
+def this_host() -> str:
+    """The name a lease gives the machine its supervisor runs on."""
+    return os.environ.get(CONTROLLER_ENV) or socket.gethostname()
+
+
 @dataclass(frozen=True)
 class Lease:
     host: str
@@ -79,19 +91,19 @@ class Lease:
 
     @staticmethod
     def mine(now: float) -> Lease:
-        return Lease(socket.gethostname(), os.getpid(), now)
+        return Lease(this_host(), os.getpid(), now)
 
     def live(self, now: float) -> bool:
         """Whether this supervisor may still be at work: its heartbeat is recent, and on
         this machine its process still runs."""
         if now - self.heartbeat > LEASE_S:
             return False
-        if self.host == socket.gethostname() and self.pid != os.getpid():
+        if self.host == this_host() and self.pid != os.getpid():
             return _process_runs(self.pid)
         return True
 
     def is_mine(self) -> bool:
-        return self.host == socket.gethostname() and self.pid == os.getpid()
+        return self.host == this_host() and self.pid == os.getpid()
 
 
 def _process_runs(pid: int) -> bool:
@@ -135,6 +147,9 @@ class Run:
     ended_at: float | None = None
     supervisor: Lease | None = None
     updated_at: float = 0.0  # when a supervisor last changed it (the newest copy wins)
+    # "USER@HOST:PORT" of the machine that supervises it (launcher/runs/controller.py), or
+    # None: supervised where it was started (or wherever `jobs supervise` runs)
+    controller: str | None = None
 
     @property
     def attempt(self) -> Attempt | None:
@@ -205,6 +220,7 @@ def _run(raw: Mapping[str, Any]) -> Run:
         message=str(raw.get("message", "")),
         ended_at=_float_or_none(raw.get("ended_at")),
         updated_at=float(raw.get("updated_at", 0.0)),
+        controller=None if raw.get("controller") is None else str(raw["controller"]),
         supervisor=None
         if not lease
         else Lease(str(lease["host"]), int(lease["pid"]), float(lease["heartbeat"])),

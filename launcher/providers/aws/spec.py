@@ -18,6 +18,8 @@ from launcher.providers.aws.names import (
     profile_name,
 )
 from launcher.providers.spec import (
+    ControllerCredentials,
+    CredentialFile,
     NodeOffer,
     PlannedResource,
     ProviderSpec,
@@ -107,6 +109,24 @@ class AwsSpec(ProviderSpec):
     type = "aws"
     title = "aws"
     schema_name = "aws"
+    controller_credentials = ControllerCredentials(
+        variables=(
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "AWS_REGION",
+            "AWS_DEFAULT_REGION",
+            "AWS_PROFILE",
+            "AWS_DEFAULT_PROFILE",
+            "AWS_ENDPOINT_URL",
+        ),
+        prefixes=("AWS_ENDPOINT_URL_",),
+        files=(
+            CredentialFile("AWS_SHARED_CREDENTIALS_FILE", (".aws/credentials",)),
+            CredentialFile("AWS_CONFIG_FILE", (".aws/config",)),
+            CredentialFile("AWS_CA_BUNDLE"),
+        ),
+    )
     defaults_name = "aws"
     install_extra = "aws"
     sdk_module = "boto3"

@@ -13,6 +13,8 @@ from launcher.config.problems import Problem, Severity
 from launcher.pricing import HourlyPrice, PriceTable, load_prices
 from launcher.providers.gcp import names
 from launcher.providers.spec import (
+    ControllerCredentials,
+    CredentialFile,
     NodeOffer,
     PlannedResource,
     ProviderSpec,
@@ -122,6 +124,16 @@ class GcpSpec(ProviderSpec):
     type = "gcp"
     title = "gcp"
     schema_name = "gcp"
+    controller_credentials = ControllerCredentials(
+        variables=("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"),
+        prefixes=("CLOUDSDK_API_ENDPOINT_OVERRIDES_",),
+        files=(
+            CredentialFile(
+                "GOOGLE_APPLICATION_CREDENTIALS",
+                (".config/gcloud/application_default_credentials.json",),
+            ),
+        ),
+    )
     defaults_name = "gcp"
     install_extra = "gcp"
     sdk_module = "googleapiclient"

@@ -13,7 +13,14 @@ from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
 from launcher.config.problems import Problem
 from launcher.pricing import PriceTable
 from launcher.providers.kubernetes.names import autoscaler_name, label_problem, pod_name_prefix
-from launcher.providers.spec import NodeOffer, PlannedResource, ProviderSpec, extra_keys
+from launcher.providers.spec import (
+    ControllerCredentials,
+    CredentialFile,
+    NodeOffer,
+    PlannedResource,
+    ProviderSpec,
+    extra_keys,
+)
 
 _KNOWN = {
     "type",
@@ -131,6 +138,9 @@ class KubernetesSpec(ProviderSpec):
     type = "kubernetes"
     title = "kubernetes"
     schema_name = "kubernetes"
+    controller_credentials = ControllerCredentials(
+        files=(CredentialFile("KUBECONFIG", (".kube/config",)),)
+    )
     defaults_name = "kubernetes"
     install_extra = "kubernetes"
     sdk_module = "kubernetes"

@@ -14,6 +14,7 @@ from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
 from launcher.config.problems import Problem, Severity
 from launcher.pricing import PriceTable
 from launcher.providers.spec import (
+    ControllerCredentials,
     NodeOffer,
     PlannedResource,
     ProviderSpec,
@@ -67,6 +68,7 @@ class OnPremSpec(ProviderSpec):
     type = "local"
     title = "local (on-prem)"
     schema_name = "local"
+    controller_credentials = ControllerCredentials()  # SSH keys only, which go anyway
     defaults_name = "local"
 
     def prepare(self, raw: dict[str, Any]) -> list[Problem]:

@@ -1,0 +1,345 @@
+"""A recovering run supervised from a controller: an always-on machine the user names
+(`metadata.launcher.recover.controller`, `submit --controller`), reached over SSH, as
+SkyPilot's managed jobs run on a controller VM. The run then outlives the laptop that
+started it: closed, asleep or gone, the controller replaces a lost head all the same.
+
+The controller keeps a launcher home of its own, `~/.launcher-controller` (LAUNCHER_HOME of
+every launcher command run there), laid out as this machine's (launcher/paths.py):
+
+- `venv/`: the launcher itself (launcher/cluster/install.py), no Ray;
+- `runs/CLUSTER/RUN/`: the run's record, script and driver log (store.py), `cluster.yaml`
+  (the cluster file as the controller reads it) and `supervisor.log`;
+- `clusters/CLUSTER/` (its logs aside), `keys/` (the keys the launcher made for the
+  cluster) and `records/CLUSTER.json`: what `up` and `down` need;
+- `secrets/CLUSTER/` (0700): the provider's credentials, 0600 files (controller_secrets.py).
+
+The supervisor there is `launcher jobs supervise` started detached (setsid, stdin from
+/dev/null, output to supervisor.log), with LAUNCHER_CONTROLLER naming the controller, so its
+lease says "controller USER@HOST:PORT" and a laptop's `jobs list` sees it held (model.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import os
+import shlex
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from launcher.config.model import ClusterConfig, ControllerSettings
+from launcher.errors import LauncherError
+from launcher.paths import cluster_dir, launcher_home
+from launcher.providers.keyfiles import key_path
+from launcher.providers.registry import provider_spec
+from launcher.records.store import record_path
+from launcher.runners.known_hosts import KnownHosts
+from launcher.runners.ssh import SSHRunner, SSHTarget
+from launcher.runs import controller_secrets, store
+from launcher.runs.model import CONTROLLER_ENV, Run
+
+HOME = ".launcher-controller"  # under the controller user's home
+VENV = f"{HOME}/venv"
+SUPERVISOR_LOG = "supervisor.log"
+_END = "@@launcher-controller-end"
+
+
+class Controller:
+    """One SSH connection to a run's controller, its host key pinned in
+    `$LAUNCHER_HOME/controllers/known_hosts` (trusted on first contact, as the launcher
+    does for a cluster's nodes)."""
+
+    def __init__(self, settings: ControllerSettings) -> None:
+        self.settings = settings
+        folder = launcher_home() / "controllers"
+        self.runner = SSHRunner(
+            SSHTarget(
+                settings.host, settings.ssh_user, settings.ssh_port, settings.ssh_private_key
+            ),
+            KnownHosts(folder / "known_hosts"),
+            folder / f"{settings.host}.log",
+        )
+        self._home: str | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.settings)
+
+    @property
+    def home(self) -> str:
+        """The controller's launcher home, as a path there."""
+        if self._home is None:
+            self._home = self.runner.remote_path(f"~/{HOME}")
+        return self._home
+
+    def run_dir(self, cluster_name: str, run_id: str) -> str:
+        return f"{self.home}/{_in_home(store.run_dir(cluster_name, run_id))}"
+
+    def capture(self, command: str, timeout: float = 60.0) -> str:
+        """`command`'s output there; LauncherError when it fails or the controller is not
+        reached."""
+        try:
+            code, output = self.runner.capture(command, timeout)
+        except OSError as exc:
+            raise LauncherError(f"could not reach the controller {self.name}: {exc}") from exc
+        if code != 0:
+            tail = (output.strip().splitlines() or [f"exit {code}"])[-1]
+            raise LauncherError(f"on the controller {self.name}: {tail}")
+        return output
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+def settings_from(
+    text: str, base: ControllerSettings | None, default_key: str | None = None
+) -> ControllerSettings:
+    """A run's `controller` field ("USER@HOST:PORT") as settings, logging in with the key
+    of `base` (the config's controller), else `default_key` (the cluster's)."""
+    user, _, rest = text.rpartition("@")
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit():
+        host, port = rest, "22"
+    key = base.ssh_private_key if base is not None else default_key
+    python = base.python if base is not None and base.host == host else None
+    return ControllerSettings(host, user or getpass.getuser(), int(port), key, python)
+
+
+def _in_home(path: Path) -> str:
+    return path.relative_to(launcher_home()).as_posix()
+
+
+def _q(path: str) -> str:
+    return shlex.quote(path)
+
+
+# -- putting a run on the controller ------------------------------------------------------
+def start(
+    controller: Controller,
+    config: ClusterConfig,
+    run: Run,
+    cluster_name_override: str | None,
+    say: Callable[[str], None],
+) -> int:
+    """Install the launcher on the controller, put the run and everything its supervisor
+    needs there, and start that supervisor detached. Returns its process id there."""
+    from launcher.cluster.install import install_on_controller
+
+    spec = provider_spec(config.provider.type)
+    if spec is None:
+        raise LauncherError(f"unknown provider type {config.provider.type}")
+    credentials = controller_secrets.collect(spec, os.environ, Path.home())
+    python, how = install_on_controller(
+        controller.runner, VENV, controller.settings.python, spec.sdk_module, spec.install_extra
+    )
+    say(f"Launcher {how} on the controller {controller.name}.")
+    secrets = f"{controller.home}/secrets/{cluster_dir(config.cluster_name).name}"
+    folder = controller.run_dir(run.cluster_name, run.id)
+    cluster = f"{controller.home}/{_in_home(cluster_dir(config.cluster_name))}"
+    made = controller.runner.run(
+        f"umask 077 && mkdir -p {_q(folder)}/script {_q(secrets)} {_q(cluster)} "
+        f"{_q(controller.home)}/keys {_q(controller.home)}/records && chmod 700 {_q(secrets)}"
+    )
+    if not made.ok:
+        raise LauncherError(f"could not make the run's directories on {controller.name}: {made}")
+    key = None
+    if config.auth.ssh_private_key:
+        key = f"{secrets}/{controller_secrets.KEY_FILE}"
+        controller.runner.put(str(Path(config.auth.ssh_private_key).expanduser()), key)
+    with controller_secrets.staged(credentials, secrets) as staged:
+        for item in sorted(staged.iterdir()):
+            controller.runner.put(str(item), f"{secrets}/{item.name}")
+    _put_cluster_files(controller, config, spec.derived_names(config).values())
+    config_there = f"{folder}/cluster.yaml"
+    source = Path(config.source or run.config_path)
+    shipped = dataclasses.replace(run, config_path=config_there, controller=controller.name)
+    with tempfile.TemporaryDirectory(prefix="launcher-run-") as staging:
+        local = Path(staging)
+        (local / "cluster.yaml").write_text(
+            controller_secrets.controller_yaml(source.read_text(), key)
+        )
+        (local / store.RUN_FILE).write_text(shipped.to_json())
+        controller.runner.put(str(local / "cluster.yaml"), config_there)
+        controller.runner.put(str(local / store.RUN_FILE), f"{folder}/{store.RUN_FILE}")
+    controller.runner.put(str(store.script_path(run)), f"{folder}/script/{run.script}")
+    done = controller.runner.run(f"chmod -R go-rwx {_q(controller.home)}")
+    if not done.ok:
+        raise LauncherError(f"could not close the controller's files to others: {done}")
+    return _spawn(controller, python, secrets, folder, config_there, run, cluster_name_override)
+
+
+def _put_cluster_files(
+    controller: Controller, config: ClusterConfig, derived: Iterable[str]
+) -> None:
+    """The cluster's own files from this machine's launcher home that `up` and `down`
+    read: its directory (known hosts, provider state; not its logs), the keys the launcher
+    made for it, its record."""
+    folder = cluster_dir(config.cluster_name)
+    if folder.is_dir():
+        remote = f"{controller.home}/{_in_home(folder)}"
+        for item in sorted(folder.iterdir()):
+            if item.name not in ("logs", "lock") and not item.name.endswith(".lock"):
+                controller.runner.put(str(item), f"{remote}/{item.name}")
+    for name in derived:  # a key the launcher made is named after one of the cluster's names
+        key = key_path(name)
+        if key.is_file():
+            controller.runner.put(str(key), f"{controller.home}/{_in_home(key)}")
+    record = record_path(config.cluster_name)
+    if record.is_file():
+        controller.runner.put(str(record), f"{controller.home}/{_in_home(record)}")
+
+
+def _spawn(
+    controller: Controller,
+    python: str,
+    secrets: str,
+    folder: str,
+    config_there: str,
+    run: Run,
+    cluster_name_override: str | None,
+) -> int:
+    """`launcher jobs supervise` there, in a session of its own that outlives this SSH
+    session; the secrets reach it from the env file, never on its command line."""
+    argv = [python, "-m", "launcher", "jobs", "supervise", config_there, run.id]
+    if cluster_name_override:
+        argv += ["--cluster-name", cluster_name_override]
+    inner = f'. {_q(secrets)}/env && exec "$@"'
+    script = (
+        f"cd {_q(folder)} && LAUNCHER_HOME={_q(controller.home)} "
+        f"{CONTROLLER_ENV}={_q('controller ' + controller.name)} "
+        f"setsid sh -c {_q(inner)} sh {shlex.join(argv)} "
+        f"< /dev/null >> {_q(folder)}/{SUPERVISOR_LOG} 2>&1 & echo @@pid $!"
+    )
+    output = controller.capture(script)
+    for line in output.splitlines():
+        if line.startswith("@@pid "):
+            return int(line.split()[1])
+    raise LauncherError(f"the supervisor did not start on {controller.name}: {output.strip()}")
+
+
+# -- reading the run there ----------------------------------------------------------------
+def runs(controller: Controller, cluster_name: str) -> list[Run]:
+    """The runs of `cluster_name` the controller keeps."""
+    root = f"{controller.home}/{_in_home(store.runs_root(cluster_name))}"
+    output = controller.capture(
+        f'for f in {_q(root)}/*/{store.RUN_FILE}; do [ -f "$f" ] && '
+        f'{{ tr -d "\\n" < "$f"; echo; }}; done; true'
+    )
+    found = []
+    for line in output.splitlines():
+        if line.startswith("{"):
+            try:
+                found.append(Run.from_json(line))
+            except ValueError:
+                continue
+    return sorted(found, key=lambda r: r.created_at)
+
+
+def status(controller: Controller, run: Run, log_offset: int, pid: int | None = None) -> Status:
+    """The run as the controller keeps it, its log from `log_offset` on (bytes), and
+    whether supervisor process `pid` there still runs."""
+    folder = _q(controller.run_dir(run.cluster_name, run.id))
+    alive = f"kill -0 {pid} 2>/dev/null && echo alive" if pid else "true"
+    output = controller.capture(
+        f"tail -c +{log_offset + 1} {folder}/{store.LOG_FILE} 2>/dev/null; "
+        f"printf '\\n%s\\n' {_END}; cat {folder}/{store.RUN_FILE} 2>/dev/null; echo; "
+        f"echo {_END}; {alive}"
+    )
+    chunk, _, rest = output.partition(f"\n{_END}\n")
+    record, _, tail = rest.partition(f"{_END}\n")
+    try:
+        current = Run.from_json(record)
+    except ValueError:
+        current = None
+    return Status(current, chunk, "alive" in tail)
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+    run: Run | None
+    log: str  # the driver log's new part
+    supervisor_alive: bool
+
+
+def supervisor_log_tail(controller: Controller, run: Run, lines: int = 5) -> str:
+    folder = controller.run_dir(run.cluster_name, run.id)
+    try:
+        text = controller.capture(f"tail -n {lines} {_q(folder)}/{SUPERVISOR_LOG}")
+    except LauncherError as exc:
+        return str(exc)
+    return " | ".join(text.strip().splitlines()) or "(empty log)"
+
+
+def wait_first_attempt(controller: Controller, run: Run, pid: int, timeout_s: float = 600.0) -> Run:
+    """Until the controller's supervisor has started the run's first attempt (or ended
+    it). LauncherError, with the end of its log, when it exits first or takes too long."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        seen = status(controller, run, 1 << 62, pid)
+        current = seen.run
+        if current is not None and (current.attempts or current.state.ended):
+            return current
+        if not seen.supervisor_alive:
+            raise LauncherError(
+                f"the run's supervisor on {controller.name} exited: "
+                f"{supervisor_log_tail(controller, run)}"
+            )
+        time.sleep(0.5)
+    raise LauncherError(
+        f"the run's supervisor on {controller.name} did not start it in {timeout_s:g} s: "
+        f"{supervisor_log_tail(controller, run)}"
+    )
+
+
+def follow(
+    controller: Controller,
+    run: Run,
+    write: Callable[[str], None],
+    offset: int = 0,
+    every_s: float = 1.0,
+) -> Run:
+    """Print the run's driver log as the controller writes it, from byte `offset`, until
+    the run ends there; returns it ended. A controller that does not answer for a while
+    (a dropped connection) is asked again."""
+    current = run
+    while True:
+        try:
+            seen = status(controller, current, offset)
+        except LauncherError:
+            time.sleep(every_s)
+            continue
+        if seen.log:
+            write(seen.log)
+            offset += len(seen.log.encode())
+        if seen.run is not None:
+            current = seen.run
+        if current.state.ended:
+            return current
+        time.sleep(every_s)
+
+
+def log_text(controller: Controller, run: Run) -> str:
+    return status(controller, run, 0).log
+
+
+def request_cancel(controller: Controller, run: Run) -> None:
+    """Ask the controller's supervisor to cancel the run (store.cancel_requested reads
+    this file there)."""
+    folder = _q(controller.run_dir(run.cluster_name, run.id))
+    controller.capture(f"mkdir -p {folder} && touch {folder}/{store.CANCEL_FILE}")
+
+
+def wait_ended(controller: Controller, run: Run, timeout_s: float = 60.0) -> Run:
+    """Until the controller's copy of the run has ended (or `timeout_s` passed)."""
+    deadline = time.monotonic() + timeout_s
+    current = run
+    while time.monotonic() < deadline:
+        seen = status(controller, current, 1 << 62)
+        if seen.run is not None:
+            current = seen.run
+        if current.state.ended:
+            break
+        time.sleep(0.5)
+    return current

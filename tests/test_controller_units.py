@@ -1,0 +1,340 @@
+"""A run's controller without a cluster (launcher/runs/controller.py): the config's
+refusals, the credentials each provider hands a controller (and that a secret reaches it only
+in its 0600 file), the localhost refusal, the run record's `controller` field, and the lease
+of a supervisor on a controller as a laptop judges it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from launcher.cli.main import cli
+from launcher.config.loader import Overrides, parse_config
+from launcher.config.model import ControllerSettings, RecoverSettings
+from launcher.errors import ConfigError, UsageError
+from launcher.providers.registry import SPECS
+from launcher.runners.base import CommandResult, OutputSink
+from launcher.runs import controller as remote
+from launcher.runs import controller_secrets, launch
+from launcher.runs.model import CONTROLLER_ENV, Lease, Run
+
+SECRET = "planted-Secret-4f1e9a"
+
+AWS = """
+cluster_name: ctl-units
+provider: {type: aws, region: us-west-2}
+auth: {ssh_user: ubuntu}
+available_node_types:
+  head: {node_config: {InstanceType: m5.large, ImageId: ami-123}, max_workers: 0}
+head_node_type: head
+"""
+LOCALHOST = """
+cluster_name: ctl-units
+provider: {type: localhost}
+available_node_types:
+  head: {node_config: {}, resources: {CPU: 0}, max_workers: 0}
+head_node_type: head
+"""
+
+
+@pytest.fixture(autouse=True)
+def launcher_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    monkeypatch.setenv("LAUNCHER_HOME", str(home))
+    monkeypatch.delenv(CONTROLLER_ENV, raising=False)
+    return home
+
+
+def _with_controller(base: str, controller: str) -> str:
+    return base + f"metadata:\n  launcher:\n    recover:\n      controller: {controller}\n"
+
+
+def _refusal(text: str, overrides: Overrides | None = None) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "cluster.yaml", overrides)
+    return str(caught.value)
+
+
+# -- the config -----------------------------------------------------------------------------
+def test_a_controller_is_read_with_its_defaults(tmp_path: Path) -> None:
+    key = tmp_path / "id"
+    key.write_text("k")
+    text = AWS.replace("{ssh_user: ubuntu}", f"{{ssh_user: ubuntu, ssh_private_key: {key}}}")
+    text = text.replace("ImageId: ami-123", "ImageId: ami-123, KeyName: mine")
+    config = parse_config(_with_controller(text, "{host: ctl.example.com}"), "c.yaml")
+    found = config.recover.controller
+    assert found is not None
+    assert (found.host, found.ssh_port, found.python) == ("ctl.example.com", 22, None)
+    assert found.ssh_private_key == str(key)  # the cluster's key by default
+    assert found.ssh_user  # this machine's user by default
+
+
+@pytest.mark.parametrize(
+    ("controller", "path", "what"),
+    [
+        ("{host: ctl, ssh_port: 70000}", "controller.ssh_port", "65535"),
+        ("{host: '-oProxyCommand=x'}", "controller.host", "such as ctl.example.com"),
+        ("{host: ctl, python: 'python 3'}", "controller.python", "Python 3.11+"),
+        ("{ssh_user: bob}", "controller", "host"),
+        ("{host: ctl, user: bob}", "controller", "user"),
+        ("{host: ctl, ssh_private_key: /nowhere/id}", "ssh_private_key", "not a file"),
+    ],
+)
+def test_a_bad_controller_is_refused_naming_its_path(controller: str, path: str, what: str) -> None:
+    message = _refusal(_with_controller(AWS, controller))
+    line = next(line for line in message.splitlines() if path in line)
+    assert "metadata.launcher.recover" in line and what in line, message
+
+
+def test_a_localhost_cluster_refuses_a_controller_in_one_line() -> None:
+    message = _refusal(_with_controller(LOCALHOST, "{host: ctl}"))
+    (line,) = [line for line in message.splitlines() if "controller" in line]
+    assert "metadata.launcher.recover.controller" in line
+    assert "processes of this machine" in line and "remove the controller" in line
+    # The same from the command line's --controller.
+    message = _refusal(LOCALHOST, Overrides(controller="ctl"))
+    assert "processes of this machine" in message
+    with pytest.raises(UsageError, match="cannot be supervised from a controller"):
+        controller_secrets.collect(SPECS["localhost"], {}, Path("/nonexistent"))
+
+
+def test_the_command_line_names_the_controller() -> None:
+    config = parse_config(
+        _with_controller(AWS, "{host: ctl, python: /opt/py/bin/python3}"),
+        "c.yaml",
+        Overrides(controller="admin@other.example.com:2222"),
+    )
+    assert config.recover.controller == ControllerSettings(
+        "other.example.com", "admin", 2222, None, "/opt/py/bin/python3"
+    )
+    # --controller alone does not turn recovery on (--recover does).
+    alone = parse_config(AWS, "c.yaml", Overrides(controller="ctl")).recover
+    assert not alone.enabled and alone.controller is not None
+    with pytest.raises(UsageError, match="not a number"):
+        parse_config(AWS, "c.yaml", Overrides(controller="ctl:ssh"))
+    message = _refusal(AWS, Overrides(controller="bad host"))
+    assert "controller.host" in message
+
+
+def test_submit_refuses_controller_without_recover(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(AWS)
+    script = tmp_path / "s.py"
+    script.write_text("")
+    result = CliRunner().invoke(
+        cli, ["submit", str(path), str(script), "--no-recover", "--controller", "ctl"]
+    )
+    assert result.exit_code == 2 and "go with --recover" in result.output, result.output
+
+
+# -- credentials ----------------------------------------------------------------------------
+def _home(tmp_path: Path, files: Mapping[str, str]) -> Path:
+    home = tmp_path / "user"
+    for name, text in files.items():
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text(text)
+    return home
+
+
+def test_aws_credentials_are_the_set_variables_and_the_aws_files(tmp_path: Path) -> None:
+    home = _home(tmp_path, {".aws/credentials": "[default]\n", ".aws/config": "[default]\n"})
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("CA")
+    environ = {
+        "AWS_ACCESS_KEY_ID": "AKIA",
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_REGION": "eu-west-1",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:5000",
+        "AWS_ENDPOINT_URL_EC2": "http://127.0.0.1:5001",
+        "AWS_CA_BUNDLE": str(bundle),
+        "AWS_PROFILE": "",  # set but empty: not sent
+        "GOOGLE_APPLICATION_CREDENTIALS": "/g.json",  # another provider's
+        "HOME": "/home/u",
+    }
+    found = controller_secrets.collect(SPECS["aws"], environ, home)
+    assert dict(found.variables) == {
+        "AWS_ACCESS_KEY_ID": "AKIA",
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_REGION": "eu-west-1",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:5000",
+        "AWS_ENDPOINT_URL_EC2": "http://127.0.0.1:5001",
+    }
+    assert dict(found.files) == {
+        "AWS_SHARED_CREDENTIALS_FILE": home / ".aws/credentials",
+        "AWS_CONFIG_FILE": home / ".aws/config",
+        "AWS_CA_BUNDLE": bundle,
+    }
+
+
+def test_gcp_kubernetes_and_onprem_credentials(tmp_path: Path) -> None:
+    home = _home(
+        tmp_path,
+        {".config/gcloud/application_default_credentials.json": "{}", ".kube/config": "k"},
+    )
+    environ = {
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": "http://127.0.0.1:1/compute/v1/",
+        "GOOGLE_CLOUD_PROJECT": "p",
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+    }
+    gcp = controller_secrets.collect(SPECS["gcp"], environ, home)
+    assert dict(gcp.variables) == {
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_COMPUTE": "http://127.0.0.1:1/compute/v1/",
+        "GOOGLE_CLOUD_PROJECT": "p",
+    }
+    assert dict(gcp.files) == {
+        "GOOGLE_APPLICATION_CREDENTIALS": home
+        / ".config/gcloud/application_default_credentials.json"
+    }
+    key_file = tmp_path / "sa.json"
+    key_file.write_text("{}")
+    named = controller_secrets.collect(
+        SPECS["gcp"], {"GOOGLE_APPLICATION_CREDENTIALS": str(key_file)}, home
+    )
+    assert dict(named.files) == {"GOOGLE_APPLICATION_CREDENTIALS": key_file}
+    kube = controller_secrets.collect(SPECS["kubernetes"], environ, home)
+    assert (dict(kube.variables), dict(kube.files)) == ({}, {"KUBECONFIG": home / ".kube/config"})
+    listed = controller_secrets.collect(
+        SPECS["kubernetes"], {"KUBECONFIG": f"/nowhere:{home / '.kube/config'}"}, home
+    )
+    assert dict(listed.files) == {"KUBECONFIG": home / ".kube/config"}
+    onprem = controller_secrets.collect(SPECS["local"], environ, home)
+    assert (dict(onprem.variables), dict(onprem.files)) == ({}, {})
+
+
+class _FakeRunner:
+    """A controller as a runner sees it: records every command (and its environment) and
+    every file put there, with its mode here at the time."""
+
+    def __init__(self, home: str) -> None:
+        self.home = home
+        self.commands: list[str] = []
+        self.puts: dict[str, tuple[bytes, int]] = {}
+
+    def check_ready(self) -> str | None:
+        return None
+
+    def run(
+        self,
+        command: str,
+        env: Mapping[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+        echo: OutputSink | None = None,
+        interactive: bool = False,
+    ) -> CommandResult:
+        self.commands.append(command + repr(dict(env or {})))
+        if "command -v" in command:
+            return CommandResult(0, "@@python /usr/bin/python3\n@@reuse yes\n")
+        return CommandResult(0, "")
+
+    def capture(self, command: str, timeout: float = 60.0) -> tuple[int, str]:
+        self.commands.append(command)
+        return 0, "@@pid 4242\n"
+
+    def put(self, local: str, remote: str, *, excludes: tuple[str, ...] = ()) -> None:
+        source = Path(local)
+        items = [source] if source.is_file() else [p for p in source.rglob("*") if p.is_file()]
+        for item in items:
+            where = remote if item == source else f"{remote}/{item.relative_to(source)}"
+            self.puts[where] = (item.read_bytes(), stat.S_IMODE(item.stat().st_mode))
+            if item.name == controller_secrets.ENV_FILE:
+                assert stat.S_IMODE(item.parent.stat().st_mode) == 0o700
+
+    def get(self, remote: str, local: str) -> None:
+        raise AssertionError("not used")
+
+    def remote_path(self, path: str) -> str:
+        return self.home + path[1:] if path.startswith("~") else path
+
+
+def test_a_planted_secret_reaches_the_controller_only_in_its_0600_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setenv("HOME", str(_home(tmp_path, {".aws/credentials": f"key={SECRET}\n"})))
+    path = tmp_path / "cluster.yaml"
+    path.write_text(_with_controller(AWS, "{host: ctl, ssh_user: ops}"))
+    config = parse_config(path.read_text(), str(path))
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    chosen = RecoverSettings(enabled=True, controller=config.recover.controller)
+    run = launch.create_run(config, script, (), chosen, stop=True, controller="ops@ctl:22")
+    ctl = remote.Controller(ControllerSettings("ctl", "ops"))
+    fake = _FakeRunner("/home/ops")
+    ctl.runner = fake  # type: ignore[assignment]
+    said: list[str] = []
+
+    assert remote.start(ctl, config, run, None, said.append) == 4242
+
+    secrets = "/home/ops/.launcher-controller/secrets/ctl-units"
+    holding = {where for where, (data, _) in fake.puts.items() if SECRET.encode() in data}
+    assert holding == {f"{secrets}/env", f"{secrets}/AWS_SHARED_CREDENTIALS_FILE"}, holding
+    for where in holding:
+        assert fake.puts[where][1] == 0o600
+    env = fake.puts[f"{secrets}/env"][0].decode()
+    assert "export AWS_ACCESS_KEY_ID=AKIAEXAMPLE" in env
+    assert f"AWS_SHARED_CREDENTIALS_FILE={secrets}/AWS_SHARED_CREDENTIALS_FILE" in env
+    assert not any(SECRET in c for c in fake.commands)
+    assert not any(SECRET in line for line in said)
+    assert any("chmod 700" in c and secrets in c for c in fake.commands)
+    # Nothing of it stays here but the user's own files.
+    for item in tmp_path.rglob("*"):
+        if item.is_file() and SECRET.encode() in item.read_bytes():
+            assert item.name == "credentials", item
+    # The run, its script and the cluster file as the controller reads it (no controller).
+    folder = f"/home/ops/.launcher-controller/runs/ctl-units/{run.id}"
+    shipped = Run.from_json(fake.puts[f"{folder}/run.json"][0].decode())
+    assert shipped.controller == "ops@ctl:22" and shipped.config_path == f"{folder}/cluster.yaml"
+    assert b"controller" not in fake.puts[f"{folder}/cluster.yaml"][0]
+    assert fake.puts[f"{folder}/script/train.py"][0] == b"print('hi')\n"
+    (spawn,) = [c for c in fake.commands if "setsid" in c]
+    assert "jobs supervise" in spawn and "< /dev/null" in spawn and f"{secrets}/env" in spawn
+
+
+# -- the run's record and its lease ---------------------------------------------------------
+def _run(**changes: object) -> Run:
+    return Run(
+        id="r-1",
+        cluster_name="c",
+        config_path="/c.yaml",
+        script="s.py",
+        args=(),
+        created_at=1.0,
+        **changes,  # type: ignore[arg-type]
+    )
+
+
+def test_the_run_record_keeps_its_controller() -> None:
+    run = _run(controller="root@10.0.0.5:2222")
+    assert Run.from_json(run.to_json()) == run
+    old = run.to_json().replace('"controller": "root@10.0.0.5:2222",', "")
+    assert '"controller"' not in old
+    assert Run.from_json(old).controller is None  # a record from before controllers
+    settings = remote.settings_from("root@10.0.0.5:2222", None, "/k")
+    assert settings == ControllerSettings("10.0.0.5", "root", 2222, "/k", None)
+
+
+def test_a_lease_held_on_a_controller_is_live_to_the_laptop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = time.time()
+    gone = 2**22 + 12345  # no such process here
+    # A supervisor on the controller may share this machine's host name (a container) and
+    # has process ids of its own: its lease names the controller, so it is held.
+    monkeypatch.setenv(CONTROLLER_ENV, "controller root@ctl:22")
+    lease = Lease.mine(now)
+    assert lease.host == "controller root@ctl:22" and lease.is_mine()
+    monkeypatch.delenv(CONTROLLER_ENV)
+    held = Lease(lease.host, gone, now)
+    assert held.live(now) and not held.is_mine()
+    assert not held.live(now + 60)  # lapsed all the same once its heartbeat stops
+    assert not Lease(socket.gethostname(), gone, now).live(now)  # here, and gone
+    assert os.getpid() == Lease.mine(now).pid

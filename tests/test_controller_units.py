@@ -5,25 +5,31 @@ of a supervisor on a controller as a laptop judges it."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from launcher.cli.main import cli
+from launcher.cluster.install import install_on_controller
 from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ControllerSettings, RecoverSettings
-from launcher.errors import ConfigError, UsageError
+from launcher.errors import ConfigError, LauncherError, UsageError
 from launcher.providers.registry import SPECS
 from launcher.runners.base import CommandResult, OutputSink
+from launcher.runners.local import LocalProcessRunner
 from launcher.runs import controller as remote
-from launcher.runs import controller_secrets, launch
-from launcher.runs.model import CONTROLLER_ENV, Lease, Run
+from launcher.runs import controller_secrets, launch, store
+from launcher.runs.model import CONTROLLER_ENV, Lease, Run, RunState
 
 SECRET = "planted-Secret-4f1e9a"
 
@@ -260,8 +266,11 @@ def test_a_planted_secret_reaches_the_controller_only_in_its_0600_file(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
     monkeypatch.setenv("HOME", str(_home(tmp_path, {".aws/credentials": f"key={SECRET}\n"})))
+    data = tmp_path / "data.txt"
+    data.write_text("mounted")
     path = tmp_path / "cluster.yaml"
-    path.write_text(_with_controller(AWS, "{host: ctl, ssh_user: ops}"))
+    mounts = f"file_mounts: {{/srv/data.txt: {data}}}\n"
+    path.write_text(_with_controller(AWS + mounts, "{host: ctl, ssh_user: ops}"))
     config = parse_config(path.read_text(), str(path))
     script = tmp_path / "train.py"
     script.write_text("print('hi')\n")
@@ -293,7 +302,11 @@ def test_a_planted_secret_reaches_the_controller_only_in_its_0600_file(
     folder = f"/home/ops/.launcher-controller/runs/ctl-units/{run.id}"
     shipped = Run.from_json(fake.puts[f"{folder}/run.json"][0].decode())
     assert shipped.controller == "ops@ctl:22" and shipped.config_path == f"{folder}/cluster.yaml"
-    assert b"controller" not in fake.puts[f"{folder}/cluster.yaml"][0]
+    shipped_config = yaml.safe_load(fake.puts[f"{folder}/cluster.yaml"][0])
+    assert "controller" not in shipped_config["metadata"]["launcher"]["recover"]
+    # A file mount's source goes too, and the controller's cluster file names the copy.
+    assert shipped_config["file_mounts"] == {"/srv/data.txt": f"{folder}/files/0/data.txt"}
+    assert fake.puts[f"{folder}/files/0/data.txt"][0] == b"mounted"
     assert fake.puts[f"{folder}/script/train.py"][0] == b"print('hi')\n"
     (spawn,) = [c for c in fake.commands if "setsid" in c]
     assert "jobs supervise" in spawn and "< /dev/null" in spawn and f"{secrets}/env" in spawn
@@ -301,15 +314,10 @@ def test_a_planted_secret_reaches_the_controller_only_in_its_0600_file(
 
 # -- the run's record and its lease ---------------------------------------------------------
 def _run(**changes: object) -> Run:
-    return Run(
-        id="r-1",
-        cluster_name="c",
-        config_path="/c.yaml",
-        script="s.py",
-        args=(),
-        created_at=1.0,
-        **changes,  # type: ignore[arg-type]
+    base = Run(
+        id="r-1", cluster_name="c", config_path="/c.yaml", script="s.py", args=(), created_at=1.0
     )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
 def test_the_run_record_keeps_its_controller() -> None:
@@ -338,3 +346,74 @@ def test_a_lease_held_on_a_controller_is_live_to_the_laptop(
     assert not held.live(now + 60)  # lapsed all the same once its heartbeat stops
     assert not Lease(socket.gethostname(), gone, now).live(now)  # here, and gone
     assert os.getpid() == Lease.mine(now).pid
+
+
+# -- the controller's side, on a shell of this machine ---------------------------------------
+class _Shell(LocalProcessRunner):
+    """A controller that is a directory of this machine (HOME there): what the SSH runner
+    does with `capture`, done by a local shell."""
+
+    def capture(self, command: str, timeout: float = 60.0) -> tuple[int, str]:
+        done = subprocess.run(
+            ["sh", "-c", command],
+            env={**os.environ, "HOME": str(self.home)},
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+        return done.returncode, done.stdout.decode()
+
+
+def _shell_controller(tmp_path: Path) -> tuple[remote.Controller, Path]:
+    home = tmp_path / "ctl"
+    home.mkdir()
+    ctl = remote.Controller(ControllerSettings("ctl", "ops"))
+    ctl.runner = _Shell(home, {}, tmp_path / "ctl.log")  # type: ignore[assignment]
+    return ctl, home / remote.HOME
+
+
+def test_runs_logs_and_cancels_are_read_and_written_on_the_controller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, launcher_home: Path
+) -> None:
+    ctl, there = _shell_controller(tmp_path)
+    run = _run(controller="ops@ctl:22", cluster_name="ctl-units", updated_at=5.0)
+    log = "=== launcher: attempt 1 on head i-1 ===\nstep 1\nstep 2\n"
+    monkeypatch.setenv("LAUNCHER_HOME", str(there))  # as the supervisor there keeps it
+    store.save(run)
+    store.append_log(run.cluster_name, run.id, log.encode())
+    monkeypatch.setenv("LAUNCHER_HOME", str(launcher_home))
+
+    assert remote.runs(ctl, "ctl-units") == [run]
+    assert remote.runs(ctl, "other") == []
+    seen = remote.status(ctl, run, 0)
+    assert (seen.run, seen.log, seen.supervisor_alive) == (run, log, False)
+    assert remote.status(ctl, run, 0, os.getpid()).supervisor_alive
+    remote.request_cancel(ctl, run)
+    monkeypatch.setenv("LAUNCHER_HOME", str(there))
+    assert store.cancel_requested(run.cluster_name, run.id)
+    ended = dataclasses.replace(run, state=RunState.SUCCEEDED, updated_at=9.0)
+    store.save(ended)
+    monkeypatch.setenv("LAUNCHER_HOME", str(launcher_home))
+    printed: list[str] = []
+    assert remote.follow(ctl, run, printed.append, offset=len(log) - 7) == ended
+    assert "".join(printed) == "step 2\n"
+    assert remote.wait_ended(ctl, run) == ended
+
+
+def test_the_launcher_is_installed_on_a_controller_without_ray(tmp_path: Path) -> None:
+    ctl, there = _shell_controller(tmp_path)
+    python, how = install_on_controller(ctl.runner, remote.VENV, sys.executable, "boto3", "aws")
+    assert (python, how) == (str(there / "venv" / "bin" / "python"), "installed")
+    imported = subprocess.run(
+        [python, "-c", "import launcher.cli.main, boto3, launcher; print(launcher.__file__)"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,  # not the checkout, whose launcher `python -c` would import first
+    )
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.startswith(str(there / "venv")), imported.stdout  # its own copy
+    again = install_on_controller(ctl.runner, remote.VENV, sys.executable, "boto3", "aws")
+    assert again == (python, "reused")
+    with pytest.raises(LauncherError, match=r"controller\.python"):
+        install_on_controller(ctl.runner, "other-venv", "/nowhere/python3")

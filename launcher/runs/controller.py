@@ -71,7 +71,10 @@ class Controller:
     def home(self) -> str:
         """The controller's launcher home, as a path there."""
         if self._home is None:
-            self._home = self.runner.remote_path(f"~/{HOME}")
+            try:
+                self._home = self.runner.remote_path(f"~/{HOME}")
+            except (OSError, EOFError) as exc:
+                raise LauncherError(f"could not reach the controller {self.name}: {exc}") from exc
         return self._home
 
     def run_dir(self, cluster_name: str, run_id: str) -> str:
@@ -125,6 +128,21 @@ def start(
 ) -> int:
     """Install the launcher on the controller, put the run and everything its supervisor
     needs there, and start that supervisor detached. Returns its process id there."""
+    try:
+        return _start(controller, config, run, cluster_name_override, say)
+    except (OSError, EOFError) as exc:  # a copy that failed, a connection that dropped
+        raise LauncherError(
+            f"could not put the run on the controller {controller.name}: {exc}"
+        ) from exc
+
+
+def _start(
+    controller: Controller,
+    config: ClusterConfig,
+    run: Run,
+    cluster_name_override: str | None,
+    say: Callable[[str], None],
+) -> int:
     from launcher.cluster.install import install_on_controller
 
     spec = provider_spec(config.provider.type)
@@ -144,10 +162,14 @@ def start(
     )
     if not made.ok:
         raise LauncherError(f"could not make the run's directories on {controller.name}: {made}")
-    key = None
-    if config.auth.ssh_private_key:
-        key = f"{secrets}/{controller_secrets.KEY_FILE}"
-        controller.runner.put(str(Path(config.auth.ssh_private_key).expanduser()), key)
+    keys: dict[str, str] = {}
+    for name, value, file in (
+        ("private_key", config.auth.ssh_private_key, controller_secrets.KEY_FILE),
+        ("public_key", config.auth.ssh_public_key, controller_secrets.PUBLIC_KEY_FILE),
+    ):
+        if value:
+            keys[name] = f"{secrets}/{file}"
+            controller.runner.put(str(Path(value).expanduser()), keys[name])
     with controller_secrets.staged(credentials, secrets) as staged:
         for item in sorted(staged.iterdir()):
             controller.runner.put(str(item), f"{secrets}/{item.name}")
@@ -157,8 +179,9 @@ def start(
     shipped = dataclasses.replace(run, config_path=config_there, controller=controller.name)
     with tempfile.TemporaryDirectory(prefix="launcher-run-") as staging:
         local = Path(staging)
+        mounts = _put_file_mounts(controller, config, folder)
         (local / "cluster.yaml").write_text(
-            controller_secrets.controller_yaml(source.read_text(), key)
+            controller_secrets.controller_yaml(source.read_text(), mounts=mounts, **keys)
         )
         (local / store.RUN_FILE).write_text(shipped.to_json())
         controller.runner.put(str(local / "cluster.yaml"), config_there)
@@ -168,6 +191,23 @@ def start(
     if not done.ok:
         raise LauncherError(f"could not close the controller's files to others: {done}")
     return _spawn(controller, python, secrets, folder, config_there, run, cluster_name_override)
+
+
+def _put_file_mounts(controller: Controller, config: ClusterConfig, folder: str) -> dict[str, str]:
+    """Each file mount's source (on this machine, relative to where the launcher runs)
+    copied to `folder/files/N` there, for the heads the controller brings up; returns
+    remote path -> the copy's path there."""
+    copies: dict[str, str] = {}
+    for number, (remote, local) in enumerate(sorted(config.file_mounts.items())):
+        source = Path.cwd() / Path(str(local)).expanduser()
+        there = f"{folder}/files/{number}"
+        if source.is_dir():
+            controller.runner.put(f"{source}/", f"{there}/")
+            copies[str(remote)] = there
+        else:
+            controller.runner.put(str(source), f"{there}/{source.name}")
+            copies[str(remote)] = f"{there}/{source.name}"
+    return copies
 
 
 def _put_cluster_files(
@@ -180,7 +220,11 @@ def _put_cluster_files(
     if folder.is_dir():
         remote = f"{controller.home}/{_in_home(folder)}"
         for item in sorted(folder.iterdir()):
-            if item.name not in ("logs", "lock") and not item.name.endswith(".lock"):
+            if item.name in ("logs", "lock") or item.name.endswith(".lock"):
+                continue
+            if item.is_dir():  # its contents into the directory of the same name there
+                controller.runner.put(f"{item}/", f"{remote}/{item.name}/")
+            else:
                 controller.runner.put(str(item), f"{remote}/{item.name}")
     for name in derived:  # a key the launcher made is named after one of the cluster's names
         key = key_path(name)

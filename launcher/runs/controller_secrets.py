@@ -26,6 +26,7 @@ from launcher.providers.spec import ProviderSpec
 
 ENV_FILE = "env"
 KEY_FILE = "ssh-key"
+PUBLIC_KEY_FILE = "ssh-key.pub"
 
 
 @dataclass(frozen=True)
@@ -104,16 +105,28 @@ def _write_private(path: Path, data: bytes) -> None:
         out.write(data)
 
 
-def controller_yaml(text: str, key_on_controller: str | None) -> str:
+def controller_yaml(
+    text: str,
+    *,
+    private_key: str | None = None,
+    public_key: str | None = None,
+    mounts: Mapping[str, str] | None = None,
+) -> str:
     """The cluster file as the controller reads it: without the controller itself (the
-    supervisor there is that controller; its key file is this machine's), and with
-    `auth.ssh_private_key` naming the key's copy there."""
+    supervisor there is that controller; its key file is this machine's), with
+    `auth.ssh_private_key` / `ssh_public_key` naming the keys' copies there, and each file
+    mount's source (`mounts`: remote path -> the copy's path there) the copy."""
     raw: Any = yaml.safe_load(text)
     if not isinstance(raw, dict):
         raise LauncherError("the cluster file is not a mapping")
     recover = ((raw.get("metadata") or {}).get("launcher") or {}).get("recover")
     if isinstance(recover, dict):
         recover.pop("controller", None)
-    if key_on_controller is not None and isinstance(raw.get("auth"), dict):
-        raw["auth"]["ssh_private_key"] = key_on_controller
+    auth = raw.get("auth")
+    for name, value in (("ssh_private_key", private_key), ("ssh_public_key", public_key)):
+        if value is not None and isinstance(auth, dict):
+            auth[name] = value
+    file_mounts = raw.get("file_mounts")
+    if mounts and isinstance(file_mounts, dict):
+        raw["file_mounts"] = {k: mounts.get(k, v) for k, v in file_mounts.items()}
     return yaml.safe_dump(raw, sort_keys=False)

@@ -16,10 +16,37 @@ from launcher.runs.model import CONTROLLER_ENV, Run
 
 
 def known_runs(config: ClusterConfig, *, from_cluster: bool = True) -> list[Run]:
+    """The nodes' copies are read only when no controller answered (a controller holds
+    the newest record of the runs it supervises); a copy that names a controller not asked
+    yet sends the question there too."""
     local = store.local_runs(config.cluster_name)
     best = {r.id: r for r in local}
+    asked: set[str] = set()
+    answered = _from_controllers(config, controllers_of(config, local), best, asked)
+    if from_cluster and not answered:
+        with contextlib.suppress(LauncherError):
+            copies = replica.fetch(make_provider(config), config)
+            for run in copies:
+                known = best.get(run.id)
+                if known is None or run.updated_at > known.updated_at:
+                    best[run.id] = run
+            _from_controllers(config, controllers_of(config, copies), best, asked)
+    return sorted(best.values(), key=lambda r: r.created_at)
+
+
+def _from_controllers(
+    config: ClusterConfig,
+    controllers: list[ControllerSettings],
+    best: dict[str, Run],
+    asked: set[str],
+) -> bool:
+    """Merge into `best` the runs each controller not `asked` yet holds; whether one
+    answered."""
     answered = False
-    for settings in controllers_of(config, local):
+    for settings in controllers:
+        if str(settings) in asked:
+            continue
+        asked.add(str(settings))
         try:
             held = _controller_runs(settings, config)
         except LauncherError:
@@ -31,13 +58,7 @@ def known_runs(config: ClusterConfig, *, from_cluster: bool = True) -> list[Run]
                 # The record as the controller keeps it, but naming this machine's config.
                 path = known.config_path if known is not None else config.source or ""
                 best[run.id] = dataclasses.replace(run, config_path=path)
-    if from_cluster and not answered:
-        with contextlib.suppress(LauncherError):
-            for run in replica.fetch(make_provider(config), config):
-                known = best.get(run.id)
-                if known is None or run.updated_at > known.updated_at:
-                    best[run.id] = run
-    return sorted(best.values(), key=lambda r: r.created_at)
+    return answered
 
 
 def controllers_of(config: ClusterConfig, runs: list[Run]) -> list[ControllerSettings]:

@@ -6,11 +6,13 @@ of a supervisor on a controller as a laptop judges it."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,7 +31,7 @@ from launcher.runners.base import CommandResult, OutputSink
 from launcher.runners.local import LocalProcessRunner
 from launcher.runs import controller as remote
 from launcher.runs import controller_secrets, launch, store
-from launcher.runs.model import CONTROLLER_ENV, Lease, Run, RunState
+from launcher.runs.model import CONTROLLER_ENV, Attempt, Lease, Run, RunState
 
 SECRET = "planted-Secret-4f1e9a"
 
@@ -363,6 +365,9 @@ class _Shell(LocalProcessRunner):
         )
         return done.returncode, done.stdout.decode()
 
+    def close(self) -> None:
+        pass
+
 
 def _shell_controller(tmp_path: Path) -> tuple[remote.Controller, Path]:
     home = tmp_path / "ctl"
@@ -417,3 +422,48 @@ def test_the_launcher_is_installed_on_a_controller_without_ray(tmp_path: Path) -
     assert again == (python, "reused")
     with pytest.raises(LauncherError, match=r"controller\.python"):
         install_on_controller(ctl.runner, "other-venv", "/nowhere/python3")
+
+
+def test_jobs_list_logs_and_cancel_of_a_run_its_controller_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, launcher_home: Path
+) -> None:
+    """From a machine with the cluster file only: the run is listed as the controller holds
+    it (supervised there), its output is the controller's log, and a cancel is asked of the
+    controller's supervisor (played here by a thread that waits for the request)."""
+    ctl, there = _shell_controller(tmp_path)
+    monkeypatch.setattr(remote, "Controller", lambda settings: ctl)
+    path = tmp_path / "cluster.yaml"
+    path.write_text(_with_controller(AWS, "{host: ctl, ssh_user: ops}"))
+    now = time.time()
+    run = _run(
+        cluster_name="ctl-units",
+        controller="ops@ctl:22",
+        attempts=(Attempt(1, "i-1", now),),
+        supervisor=Lease("controller ops@ctl:22", 2**22 + 7, now),
+        updated_at=now,
+    )
+    folder = there / "runs" / "ctl-units" / run.id
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(run.to_json())
+    (folder / "driver.log").write_text("=== launcher: attempt 1 on head i-1 ===\nstep 1\n")
+
+    listed = CliRunner().invoke(cli, ["jobs", "list", "--json", str(path)])
+    assert listed.exit_code == 0, listed.output
+    (row,) = json.loads(listed.output)
+    assert (row["id"], row["state"], row["supervised"]) == (run.id, "running", True)
+    logs = CliRunner().invoke(cli, ["jobs", "logs", "--json", str(path)])
+    assert json.loads(logs.output)["attempts"][0]["output"] == "step 1\n", logs.output
+
+    def supervisor_there() -> None:
+        while not (folder / "cancel").exists():
+            time.sleep(0.05)
+        ended = dataclasses.replace(run, state=RunState.CANCELLED, updated_at=time.time())
+        (folder / "run.json").write_text(ended.to_json())
+
+    thread = threading.Thread(target=supervisor_there, daemon=True)
+    thread.start()
+    cancelled = CliRunner().invoke(cli, ["jobs", "cancel", "-y", str(path), run.id])
+    thread.join(5)
+    assert cancelled.exit_code == 0, cancelled.output
+    assert "its driver is stopped" in cancelled.output
+    assert not store.local_runs("ctl-units")  # nothing of it kept here

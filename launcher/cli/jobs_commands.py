@@ -447,35 +447,19 @@ def cancel(
     if not confirmer(yes)(question):
         raise click.exceptions.Exit(1)
     where = controller_for(config, run)
-    if where is not None:
-        ctl = remote.Controller(where)
-        try:
-            remote.request_cancel(ctl, run)  # store.cancel_requested there reads it
-        finally:
-            ctl.close()
+    supervised = run.supervisor is not None and run.supervisor.live(time.time())
+    if where is not None and supervised:
+        # Its supervisor there stops the driver (it reads the request at its next look).
+        stopped = _cancel_on_controller(where, run)
     else:
         store.request_cancel(run.cluster_name, run.id)  # for a supervisor on this machine
-    attempt = run.attempt
-    stopped = attempt is None or attempt.ended_at is not None
-    if not stopped and attempt is not None:
-        try:
-            session = connect(config, any_status=True)
-            stopped = driver.cancel(session.runner, session.env, run.id, attempt.number)
-        except LauncherError as exc:
-            click.echo(f"could not reach the head to stop the driver: {exc}", err=True)
-    supervised = run.supervisor is not None and run.supervisor.live(time.time())
+        stopped = _stop_driver(config, run)
     if not supervised:
         ended = _ended(run, stopped)
         store.save(ended)
         with suppress(LauncherError):
             replica.push(make_provider(config), config, ended)
-    elif where is not None:
-        ctl = remote.Controller(where)
-        try:
-            remote.wait_ended(ctl, run)
-        finally:
-            ctl.close()
-    elif run.supervisor is not None and run.supervisor.host == _host():
+    elif where is None and run.supervisor is not None and run.supervisor.host == _host():
         _wait_cancelled(run)
     if as_json:
         settings.output.json({"id": run.id, "state": "cancelled", "driver_stopped": stopped})
@@ -488,6 +472,30 @@ def cancel(
         down_cluster(settings, cluster_config_file, cluster_name)
     if not stopped:
         sys.exit(1)
+
+
+def _cancel_on_controller(where: ControllerSettings, run: Run) -> bool:
+    """Ask the run's controller to cancel it and wait until its supervisor there has;
+    whether it has (its driver stopped)."""
+    ctl = remote.Controller(where)
+    try:
+        remote.request_cancel(ctl, run)  # store.cancel_requested there reads it
+        return remote.wait_ended(ctl, run).state is RunState.CANCELLED
+    finally:
+        ctl.close()
+
+
+def _stop_driver(config: ClusterConfig, run: Run) -> bool:
+    """Stop the run's driver on the head; whether it is stopped."""
+    attempt = run.attempt
+    if attempt is None or attempt.ended_at is not None:
+        return True
+    try:
+        session = connect(config, any_status=True)
+        return driver.cancel(session.runner, session.env, run.id, attempt.number)
+    except LauncherError as exc:
+        click.echo(f"could not reach the head to stop the driver: {exc}", err=True)
+        return False
 
 
 def _ended(run: Run, stopped: bool) -> Run:

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from launcher.cli import jobs_commands
 from launcher.cli.main import cli
 from launcher.cluster.install import install_on_controller
 from launcher.config.loader import Overrides, parse_config
@@ -30,7 +31,7 @@ from launcher.providers.registry import SPECS
 from launcher.runners.base import CommandResult, OutputSink
 from launcher.runners.local import LocalProcessRunner
 from launcher.runs import controller as remote
-from launcher.runs import controller_secrets, launch, store
+from launcher.runs import controller_secrets, launch, listing, store
 from launcher.runs.model import CONTROLLER_ENV, Attempt, Lease, Run, RunState
 
 SECRET = "planted-Secret-4f1e9a"
@@ -467,3 +468,29 @@ def test_jobs_list_logs_and_cancel_of_a_run_its_controller_holds(
     assert cancelled.exit_code == 0, cancelled.output
     assert "its driver is stopped" in cancelled.output
     assert not store.local_runs("ctl-units")  # nothing of it kept here
+
+
+def test_a_run_is_not_taken_up_here_while_its_controller_does_not_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The laptop's record of a run it gave a controller carries no lease: with the
+    controller silent, `jobs logs --follow` must not start a second supervisor here."""
+    ctl, _ = _shell_controller(tmp_path)
+
+    def silent(command: str, timeout: float = 60.0) -> tuple[int, str]:
+        raise OSError("ssh ops@ctl: no route to host")
+
+    ctl.runner.capture = silent  # type: ignore[method-assign]
+    monkeypatch.setattr(remote, "Controller", lambda settings: ctl)
+    monkeypatch.setattr(listing.replica, "fetch", lambda provider, config: [])
+    path = tmp_path / "cluster.yaml"
+    path.write_text(_with_controller(AWS, "{host: ctl, ssh_user: ops}"))
+    run = _run(cluster_name="ctl-units", controller="ops@ctl:22", config_path=str(path))
+    store.save(run)
+    taken: list[Run] = []
+    monkeypatch.setattr(jobs_commands, "_take_up", lambda settings, run, *a: taken.append(run))
+
+    result = CliRunner().invoke(cli, ["jobs", "logs", "--follow", str(path), run.id])
+    assert result.exit_code == 1, result.output
+    assert "may still be supervised there" in result.output and "no route" in result.output
+    assert taken == []

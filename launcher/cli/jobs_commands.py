@@ -222,7 +222,9 @@ def logs(
     config = cli_config(cluster_config_file, cluster_name)
     run = _pick(config, run_id)
     where = controller_for(config, run)
-    if where is not None and not (follow and _unsupervised(run)):
+    if where is not None and follow and _unsupervised(run):
+        _controller_answers(where, run)  # else its supervisor may well be at work there
+    elif where is not None:
         _controller_logs(settings, where, run, follow, as_json)
         return
     if as_json:
@@ -243,6 +245,23 @@ def logs(
         return
     settings.output.line(f"No supervisor is at work on run {run.id}: supervising it from here.")
     _take_up(settings, run, config, cluster_name)
+
+
+def _controller_answers(where: ControllerSettings, run: Run) -> None:
+    """Before a run a controller supervised is taken up here: that controller answers
+    (and so its lapsed lease is its word that no supervisor runs there). LauncherError
+    when it does not: a second supervisor of the run is not started on a guess."""
+    ctl = remote.Controller(where)
+    try:
+        remote.status(ctl, run, 1 << 62)
+    except LauncherError as exc:
+        raise LauncherError(
+            f"{exc}; run {run.id} may still be supervised there: follow it once the controller "
+            f"answers, or take it up here with `launcher jobs supervise {run.config_path} "
+            f"{run.id}` if the controller is gone for good"
+        ) from exc
+    finally:
+        ctl.close()
 
 
 def _unsupervised(run: Run) -> bool:
@@ -266,7 +285,9 @@ def _controller_logs(
         if not follow or run.state.ended:
             return
         try:
-            ended = remote.follow(ctl, run, _write, offset=len(text.encode()))
+            ended = remote.follow(
+                ctl, run, _write, offset=len(text.encode()), say=settings.output.line
+            )
         except KeyboardInterrupt:
             settings.output.line(
                 f"Stopped following run {run.id}; the controller {ctl.name} goes on supervising it."

@@ -224,7 +224,7 @@ def _supervise_on_controller(
             "(Ctrl-C stops following, not the run)."
         )
         try:
-            ended = remote.follow(ctl, started, _write)
+            ended = remote.follow(ctl, started, _write, say=settings.output.line)
         except KeyboardInterrupt:
             settings.output.line(
                 f"Stopped following run {run.id}; the controller {ctl.name} goes on "

@@ -343,17 +343,23 @@ def follow(
     write: Callable[[str], None],
     offset: int = 0,
     every_s: float = 1.0,
+    say: Callable[[str], None] | None = None,
 ) -> Run:
     """Print the run's driver log as the controller writes it, from byte `offset`, until
     the run ends there; returns it ended. A controller that does not answer for a while
-    (a dropped connection) is asked again."""
+    (a dropped connection) is asked again, said once per silence through `say`."""
     current = run
+    silent = False
     while True:
         try:
             seen = status(controller, current, offset)
-        except LauncherError:
+        except LauncherError as exc:
+            if say is not None and not silent:
+                say(f"{exc}; asking again (Ctrl-C stops following, not the run)")
+            silent = True
             time.sleep(every_s)
             continue
+        silent = False
         if seen.log:
             write(seen.log)
             offset += len(seen.log.encode())

@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import stat
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -162,47 +161,3 @@ def claims() -> list[Claim]:
             continue
         found.append(Claim(record, str(ip) if ip else None, ports))
     return found
-
-
-SOCKET_PREFIXES = ("raylet", "plasma_store")  # the names Ray counts up for a node's sockets
-
-
-@contextlib.contextmanager
-def held_until_sockets(
-    lock: contextlib.AbstractContextManager[None], sockets: Path, poll_s: float = 0.05
-) -> Iterator[None]:
-    """`lock` held from entry until a new socket of each of SOCKET_PREFIXES is in `sockets`
-    (a Ray node joining that session has named and made its own), or until exit, whichever
-    comes first."""
-
-    def names() -> set[str]:
-        try:
-            return {entry.name for entry in os.scandir(sockets)}
-        except OSError:
-            return set()
-
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(lock)
-        before = names()
-        mutex = threading.Lock()
-        done = threading.Event()
-
-        def let_go() -> None:
-            with mutex:
-                if not done.is_set():
-                    done.set()
-                    stack.close()
-
-        def watch() -> None:
-            while not done.wait(poll_s):
-                new = names() - before
-                if all(any(n.startswith(p) for n in new) for p in SOCKET_PREFIXES):
-                    let_go()
-
-        watcher = threading.Thread(target=watch, name="ray-start-sockets", daemon=True)
-        watcher.start()
-        try:
-            yield
-        finally:
-            let_go()
-            watcher.join()

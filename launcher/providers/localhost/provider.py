@@ -41,14 +41,7 @@ from launcher.providers.base import (
     NodeState,
     NodeStatus,
 )
-from launcher.providers.localhost.machine import (
-    claim,
-    claims,
-    held_until_sockets,
-    machine_dir,
-    machine_lock,
-    release,
-)
+from launcher.providers.localhost.machine import claim, claims, machine_dir, machine_lock, release
 from launcher.providers.localhost.processes import (
     cluster_processes,
     kill_processes,
@@ -243,15 +236,7 @@ class LocalhostProvider(NodeProvider):
         return resources
 
     def ray_start_guard(self, node: Node) -> contextlib.AbstractContextManager[None]:
-        """One `ray start` at a time on this machine while it names its sockets: Ray names a
-        node's sockets by counting the files in its session's sockets directory, so two
-        nodes of one session started at once could take the same name. A worker lets the
-        lock go once its own sockets are there (the next start counts them), so workers
-        joining one head start side by side; a head holds it to the end."""
-        lock = machine_lock("localhost-ray-start.lock")
-        if node.kind is not NodeKind.WORKER:
-            return lock
-        return held_until_sockets(lock, Path(self.temp_dir()) / "session_latest" / "sockets")
+        return machine_lock("localhost-ray-start.lock")
 
     def _processes(self, node_id: str) -> list[int]:
         return [p.pid for p in node_processes(self.cluster_key(), node_id)]

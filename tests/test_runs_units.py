@@ -7,6 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -397,3 +398,33 @@ def test_a_scripts_own_storage_path_option_is_the_scripts(tmp_path: Path) -> Non
     script.write_text("pass\n")
     code, out = _invoke("submit", str(plain), str(script), "--storage-path", "/x/results")
     assert code == 1 and "is not running" in out, out
+
+
+def test_kept_workers_old_ray_is_killed_side_by_side_without_waiting_for_the_unreached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each kept worker's old Ray is killed at once (force); one that does not answer is
+    named, not waited for beyond the bound."""
+    config = parse_config(CONFIG, str(tmp_path / "cluster.yaml"))
+    hang = threading.Event()
+    forced: list[tuple[str, bool]] = []
+
+    class Provider:
+        def stop_node_ray(self, node: Node, runner: object, force: bool = False) -> str | None:
+            forced.append((node.id, force))
+            if node.id == "w-hung":
+                hang.wait(60)
+            return "raylet (pid 7) still running" if node.id == "w-left" else None
+
+    monkeypatch.setattr(recovery, "node_runner", lambda *args: object())
+    workers = [_worker(i, NodeStatus.UNINITIALIZED) for i in ("w-ok", "w-left", "w-hung")]
+    try:
+        problems = recovery.kill_orphaned_ray(config, Provider(), workers, wait_s=0.5)  # type: ignore[arg-type]
+        assert not hang.is_set()  # returned while the hung one still hangs
+    finally:
+        hang.set()
+    assert sorted(forced) == [("w-hung", True), ("w-left", True), ("w-ok", True)]
+    assert dict(problems) == {
+        "w-left": "raylet (pid 7) still running",
+        "w-hung": "not reached within 0.5 s",
+    }

@@ -23,7 +23,7 @@ it made before is the head `up` finds).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from launcher.cluster import lifecycle
@@ -45,6 +45,7 @@ from launcher.providers.base import (
 from launcher.updater.runner import node_runner
 
 OLD_HEAD_GONE_S = 300.0
+KILL_WAIT_S = 15.0  # how long the kept workers' old Ray may take to be killed
 
 PhaseSink = Callable[[str], None]
 
@@ -101,23 +102,38 @@ def retire_head(
 
 
 def kill_orphaned_ray(
-    config: ClusterConfig, provider: NodeProvider, workers: Sequence[Node]
+    config: ClusterConfig,
+    provider: NodeProvider,
+    workers: Sequence[Node],
+    wait_s: float = KILL_WAIT_S,
 ) -> list[tuple[str, str]]:
-    """Kill the Ray of `workers` (whose head is gone) at once, side by side. Returns (node
-    id, problem) for those where some of it is left."""
+    """Kill the Ray of `workers` (whose head is gone) at once, side by side, waiting at most
+    `wait_s` (a worker this machine cannot reach must not hold the recovery up: the new
+    head's autoscaler stops its Ray anyway before starting it again). Returns (node id,
+    problem) for those where some of it is left or that were not reached in time."""
     if not workers:
         return []
 
-    def kill(node: Node) -> tuple[str, str | None]:
+    def kill(node: Node) -> str | None:
         try:
             runner = node_runner(provider, config, node, node_log(config.cluster_name, node.id))
-            return node.id, provider.stop_node_ray(node, runner, force=True)
+            return provider.stop_node_ray(node, runner, force=True)
         except LauncherError as exc:
-            return node.id, str(exc)
+            return str(exc)
 
-    with ThreadPoolExecutor(max_workers=min(32, len(workers))) as pool:
-        done = list(pool.map(kill, workers))
-    return [(node_id, problem) for node_id, problem in done if problem is not None]
+    pool = ThreadPoolExecutor(max_workers=min(32, len(workers)), thread_name_prefix="kill-ray")
+    futures = {node.id: pool.submit(kill, node) for node in workers}
+    wait(futures.values(), timeout=wait_s)
+    # Those not done go on in the background: a kill that lands after the new head's
+    # autoscaler has started that worker's Ray leaves it dead, replaced as any dead worker.
+    pool.shutdown(wait=False)
+    problems = []
+    for node_id, future in futures.items():
+        if not future.done():
+            problems.append((node_id, f"not reached within {wait_s:g} s"))
+        elif (problem := future.result()) is not None:
+            problems.append((node_id, problem))
+    return problems
 
 
 def adoptable(nodes: Sequence[Node]) -> list[Node]:

@@ -494,3 +494,98 @@ def test_a_run_is_not_taken_up_here_while_its_controller_does_not_answer(
     assert result.exit_code == 1, result.output
     assert "may still be supervised there" in result.output and "no route" in result.output
     assert taken == []
+
+
+# -- a controller that fails on the way -----------------------------------------------------
+def test_a_connection_lost_while_installing_names_the_controller(tmp_path: Path) -> None:
+    """SSHRunner.run gives exit 255 for a connection that failed: that is the controller
+    not reached, not its Python missing."""
+
+    class Unreached(_FakeRunner):
+        def run(
+            self, command: str, env: Mapping[str, str] | None = None, **_: object
+        ) -> CommandResult:
+            return CommandResult(255, "connection to ops@ctl kept dropping: connection refused")
+
+    with pytest.raises(LauncherError) as caught:
+        install_on_controller(Unreached("/home/ops"), remote.VENV, None, name="ops@ctl:22")
+    message = str(caught.value)
+    assert "could not reach the controller ops@ctl:22" in message and "refused" in message
+    assert "python" not in message.lower()
+
+
+def _submit_with_lifecycle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ctl: remote.Controller
+) -> tuple[object, list[str]]:
+    from launcher.cli import cluster_commands
+
+    monkeypatch.setattr(remote, "Controller", lambda settings: ctl)
+    events: list[str] = []
+    monkeypatch.setattr(cluster_commands, "_up", lambda *a, **k: events.append("up"))
+    monkeypatch.setattr(cluster_commands, "down_cluster", lambda *a, **k: events.append("down"))
+    path = tmp_path / "cluster.yaml"
+    path.write_text(_with_controller(AWS, "{host: ctl, ssh_user: ops}"))
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    result = CliRunner().invoke(
+        cli, ["submit", str(path), str(script), "--recover", "--detach", "--start", "--stop"]
+    )
+    return result, events
+
+
+def test_an_unreachable_controller_fails_before_the_run_is_made_and_start_is_undone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctl, _ = _shell_controller(tmp_path)
+
+    def unreachable(path: str) -> str:
+        raise OSError("ssh ops@ctl: connection refused")
+
+    ctl.runner.remote_path = unreachable  # type: ignore[method-assign]
+    result, events = _submit_with_lifecycle(tmp_path, monkeypatch, ctl)
+    assert result.exit_code == 1, result.output  # type: ignore[attr-defined]
+    assert "could not reach the controller ops@ctl:22" in result.output  # type: ignore[attr-defined]
+    assert not store.local_runs("ctl-units")  # no run left here that nobody supervises
+    assert events == ["up", "down"]  # what --start brought up goes down with --stop
+
+
+def test_a_supervisor_that_exits_there_leaves_no_run_and_start_is_undone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctl, there = _shell_controller(tmp_path)
+
+    def start(controller: remote.Controller, config: object, run: Run, *a: object) -> int:
+        folder = there / "runs" / "ctl-units" / run.id
+        folder.mkdir(parents=True)
+        (folder / "run.json").write_text(run.to_json())
+        (folder / remote.SUPERVISOR_LOG).write_text("error: the config is refused here\n")
+        return 2**22 + 99  # no such process: it exited
+
+    monkeypatch.setattr(remote, "start", start)
+    result, events = _submit_with_lifecycle(tmp_path, monkeypatch, ctl)
+    assert result.exit_code == 1, result.output  # type: ignore[attr-defined]
+    assert "exited" in result.output and "refused here" in result.output  # type: ignore[attr-defined]
+    assert not store.local_runs("ctl-units")
+    assert not list((there / "runs" / "ctl-units").iterdir())  # nor there
+    assert events == ["up", "down"]
+
+
+def test_a_supervisor_started_there_keeps_the_cluster_up_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--stop is the controller's once its supervisor has started the run."""
+    ctl, there = _shell_controller(tmp_path)
+
+    def start(controller: remote.Controller, config: object, run: Run, *a: object) -> int:
+        folder = there / "runs" / "ctl-units" / run.id
+        folder.mkdir(parents=True)
+        begun = dataclasses.replace(run, attempts=(Attempt(1, "i-1", time.time()),))
+        (folder / "run.json").write_text(begun.to_json())
+        return os.getpid()
+
+    monkeypatch.setattr(remote, "start", start)
+    result, events = _submit_with_lifecycle(tmp_path, monkeypatch, ctl)
+    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    assert "supervised by the controller ops@ctl:22" in result.output  # type: ignore[attr-defined]
+    assert events == ["up"]
+    assert len(store.local_runs("ctl-units")) == 1

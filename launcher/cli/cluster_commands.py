@@ -302,17 +302,17 @@ def run_with_lifecycle(
     path: str,
     cluster_name: str | None,
     start: bool,
-    stop: bool,
+    stop: bool | Callable[[], bool],
     action: Callable[[ClusterConfig], int],
 ) -> int:
-    """Start the cluster first if asked; always take it down after if asked, even on Ctrl-C
-    or a failure while starting."""
+    """Start the cluster first if asked; always take it down after if asked (`stop`, or
+    what it says once the action is over), even on Ctrl-C or a failure while starting."""
     try:
         if start:
             _up(settings, path, Overrides(cluster_name=cluster_name), True, lifecycle.UpOptions())
         return action(cli_config(path, cluster_name))
     finally:
-        if stop:
+        if stop() if callable(stop) else stop:
             previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish the teardown
             try:
                 down_cluster(settings, path, cluster_name)

@@ -23,7 +23,7 @@ from launcher.cli.jobs_commands import run_exit_code, say_run_end, supervise_her
 from launcher.cluster import ops
 from launcher.cluster.head import connect
 from launcher.config.loader import Overrides, load_config
-from launcher.config.model import ClusterConfig, ControllerSettings
+from launcher.config.model import ClusterConfig
 from launcher.errors import UsageError
 from launcher.runs import controller as remote
 from launcher.runs import launch, store
@@ -136,6 +136,7 @@ def submit(
     overrides = Overrides(cluster_name=cluster_name, controller=controller)
     # Refused before anything starts (a bad host, a provider no controller can serve).
     on_controller = load_config(cluster_config_file, overrides).recover.controller is not None
+    handed_off: list[Run] = []  # a supervisor on the controller took the run (and its --stop)
 
     def recovering_action(config: ClusterConfig) -> int:
         if controller:
@@ -151,17 +152,18 @@ def submit(
                 "itself; Tune and Train resume only from storage every node reaches"
             )
         if chosen.controller is not None:
-            run = launch.create_run(
-                config,
-                Path(script),
-                script_args,
-                chosen,
-                stop=stop,
-                controller=str(chosen.controller),
-            )
-            return _supervise_on_controller(
-                settings, config, chosen.controller, run, cluster_name, cluster_config_file, detach
-            )
+            ctl = remote.reach(chosen.controller)  # before the run is made here
+            try:
+                run = launch.create_run(
+                    config, Path(script), script_args, chosen, stop=stop, controller=ctl.name
+                )
+                pid, started = remote.supervise_remote(
+                    ctl, config, run, cluster_name, settings.output.line
+                )
+                handed_off.append(run)
+                return _on_controller(settings, ctl, run, pid, started, cluster_config_file, detach)
+            finally:
+                ctl.close()
         run = launch.create_run(config, Path(script), script_args, chosen, stop=stop)
         if detach:
             process = launch.spawn_supervisor(run, cluster_name)
@@ -183,7 +185,8 @@ def submit(
             cluster_config_file,
             cluster_name,
             start,
-            stop and not detach and not on_controller,
+            # A supervisor of the run's own takes the cluster down once the run has ended.
+            lambda: stop and not handed_off and not (detach and not on_controller),
             recovering_action,
         )
     )
@@ -194,48 +197,42 @@ def _config_recovers(path: str) -> bool:
     return load_config(path, Overrides()).recover.enabled
 
 
-def _supervise_on_controller(
+def _on_controller(
     settings: Settings,
-    config: ClusterConfig,
-    where: ControllerSettings,
+    ctl: remote.Controller,
     run: Run,
-    cluster_name: str | None,
+    pid: int,
+    started: Run,
     path: str,
     detach: bool,
 ) -> int:
-    """Put the run's supervisor on its controller; with `detach`, return once it has started
-    the first attempt, else follow the driver's output from there until the run ends.
-    Ctrl-C (or this machine going away) leaves the run with the controller."""
-    ctl = remote.Controller(where)
-    try:
-        pid = remote.start(ctl, config, run, cluster_name, settings.output.line)
-        started = remote.wait_first_attempt(ctl, run, pid)
-        follow_hint = f"`launcher jobs logs {path} {run.id} --follow`"
-        if detach:
-            settings.output.line(
-                f"Run {run.id} started (attempt {len(started.attempts)}); supervised by the "
-                f"controller {ctl.name} (process {pid} there), with this machine closed too. "
-                f"Follow it with {follow_hint}"
-                + (" ; the cluster goes down once it ends." if run.stop else ".")
-            )
-            return 0
+    """A run whose supervisor on its controller has started it: with `detach`, say so and
+    return, else follow the driver's output from there until the run ends. Ctrl-C (or
+    this machine going away) leaves the run with the controller."""
+    follow_hint = f"`launcher jobs logs {path} {run.id} --follow`"
+    if detach:
         settings.output.line(
-            f"Run {run.id} started on the controller {ctl.name}; following its output "
-            "(Ctrl-C stops following, not the run)."
+            f"Run {run.id} started (attempt {len(started.attempts)}); supervised by the "
+            f"controller {ctl.name} (process {pid} there), with this machine closed too. "
+            f"Follow it with {follow_hint}"
+            + (" ; the cluster goes down once it ends." if run.stop else ".")
         )
-        try:
-            ended = remote.follow(ctl, started, _write, say=settings.output.line)
-        except KeyboardInterrupt:
-            settings.output.line(
-                f"Stopped following run {run.id}; the controller {ctl.name} goes on "
-                f"supervising it ({follow_hint})."
-            )
-            return 130
-        store.save(dataclasses.replace(ended, config_path=run.config_path))
-        say_run_end(settings, ended)
-        return run_exit_code(ended)
-    finally:
-        ctl.close()
+        return 0
+    settings.output.line(
+        f"Run {run.id} started on the controller {ctl.name}; following its output "
+        "(Ctrl-C stops following, not the run)."
+    )
+    try:
+        ended = remote.follow(ctl, started, _write, say=settings.output.line)
+    except KeyboardInterrupt:
+        settings.output.line(
+            f"Stopped following run {run.id}; the controller {ctl.name} goes on "
+            f"supervising it ({follow_hint})."
+        )
+        return 130
+    store.save(dataclasses.replace(ended, config_path=run.config_path))
+    say_run_end(settings, ended)
+    return run_exit_code(ended)
 
 
 def _write(text: str) -> None:

@@ -30,7 +30,7 @@ from launcher.errors import LauncherError
 from launcher.files import replacing
 from launcher.paths import launcher_home
 from launcher.providers.ssh_access import known_hosts_path
-from launcher.runners.base import CommandRunner
+from launcher.runners.base import CommandResult, CommandRunner
 from launcher.runners.ray_node import find_python_script, parse_python
 
 VENV = "$HOME/.launcher/venv"
@@ -280,11 +280,14 @@ def install_on_controller(
     python: str | None,
     sdk_module: str | None = None,
     sdk_extra: str | None = None,
+    *,
+    name: str = "the controller",
 ) -> tuple[str, str]:
-    """Install the running launcher on a run's controller in `~/venv_in_home`, over
+    """Install the running launcher on a run's controller (`name`) in `~/venv_in_home`, over
     `python` (the one the config names; else `python3` there), with the provider's SDK
     from pip when that Python lacks it. The controller needs no Ray. Returns the venv's
-    interpreter and "reused" or "installed"; LauncherError naming what is wrong."""
+    interpreter and "reused" or "installed"; LauncherError naming what is wrong (a
+    connection lost on the way: naming the controller, not its Python)."""
     wheel = build_wheel()
     venv = f"$HOME/{venv_in_home}"
     chosen = python or "python3"
@@ -297,7 +300,10 @@ def install_on_controller(
         f'[ "$(cat "{venv}/.launcher-python" 2>/dev/null)" = "$PY" ] && '
         f'[ -x "{venv}/bin/python" ] && echo "@@reuse yes"; true'
     )
+    _reached(probe, name)
     found, _ = parse_python(probe.output_tail)
+    if found is None and "@@nopython" not in probe.output_tail and "@@old" not in probe.output_tail:
+        raise LauncherError(f"could not look for Python on the controller {name}: {_last(probe)}")
     if found is None:
         why = "is older than 3.11" if "@@old" in probe.output_tail else "is not there"
         raise LauncherError(
@@ -323,16 +329,28 @@ def install_on_controller(
         with_ray=False,
     )
     result = runner.run(script)
+    _reached(result, name)
     if not result.ok:
-        last = (result.output_tail.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
         raise LauncherError(
-            f"could not install the launcher on the controller with {found}: {last}; set "
+            f"could not install the launcher on the controller with {found}: {_last(result)}; set "
             "metadata.launcher.recover.controller.python to a Python 3.11+ there that has "
             "the launcher's dependencies"
         )
     return interpreter, "installed"
 
 
+def _reached(result: CommandResult, name: str) -> None:
+    """LauncherError naming the controller when `result` is a connection that failed (exit
+    255, as SSH's, with the runner's word on the connection), not the command's own end."""
+    if result.exit_code == SSH_CONNECTION_FAILED:
+        raise LauncherError(f"could not reach the controller {name}: {_last(result)}")
+
+
+def _last(result: CommandResult) -> str:
+    return (result.output_tail.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
+
+
+SSH_CONNECTION_FAILED = 255  # SSHRunner.run's exit code for a connection that kept dropping
 HEAD_KEY = "~/.launcher/head/ssh-key"
 
 

@@ -20,6 +20,7 @@ lease says "controller USER@HOST:PORT" and a laptop's `jobs list` sees it held (
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import getpass
 import os
@@ -69,7 +70,8 @@ class Controller:
 
     @property
     def home(self) -> str:
-        """The controller's launcher home, as a path there."""
+        """The controller's launcher home, as a path there (asking it first reaches the
+        controller: LauncherError naming it when it does not answer)."""
         if self._home is None:
             try:
                 self._home = self.runner.remote_path(f"~/{HOME}")
@@ -119,6 +121,52 @@ def _q(path: str) -> str:
 
 
 # -- putting a run on the controller ------------------------------------------------------
+def reach(settings: ControllerSettings) -> Controller:
+    """A connection to the controller, which has answered; LauncherError naming it when it
+    does not (before anything of a run is made here or there)."""
+    controller = Controller(settings)
+    try:
+        _ = controller.home
+    except BaseException:
+        controller.close()
+        raise
+    return controller
+
+
+def supervise_remote(
+    controller: Controller,
+    config: ClusterConfig,
+    run: Run,
+    cluster_name_override: str | None,
+    say: Callable[[str], None],
+) -> tuple[int, Run]:
+    """Put the run's supervisor on the controller and wait until it has started the first
+    attempt; returns its process id there and the run as it then is. When that fails, the
+    run is forgotten (its directory here and there, its supervisor there stopped) before
+    the LauncherError goes on: no run is left that nobody supervises."""
+    pid: int | None = None
+    try:
+        pid = start(controller, config, run, cluster_name_override, say)
+        return pid, wait_first_attempt(controller, run, pid)
+    except BaseException:
+        _discard(controller, run, pid)
+        raise
+
+
+def _discard(controller: Controller, run: Run, pid: int | None) -> None:
+    from launcher.runs.launch import discard_run
+
+    discard_run(run)
+    stop = f"kill {pid} 2>/dev/null; " if pid else ""
+    folder = controller.run_dir(run.cluster_name, run.id)
+    with contextlib.suppress(LauncherError):  # a controller gone meanwhile keeps its copy
+        controller.capture(f"{stop}rm -rf {_q(folder)}")
+
+
+def _secrets_dir(controller: Controller, run: Run) -> str:
+    return f"{controller.home}/secrets/{cluster_dir(run.cluster_name).name}"
+
+
 def start(
     controller: Controller,
     config: ClusterConfig,
@@ -150,10 +198,15 @@ def _start(
         raise LauncherError(f"unknown provider type {config.provider.type}")
     credentials = controller_secrets.collect(spec, os.environ, Path.home())
     python, how = install_on_controller(
-        controller.runner, VENV, controller.settings.python, spec.sdk_module, spec.install_extra
+        controller.runner,
+        VENV,
+        controller.settings.python,
+        spec.sdk_module,
+        spec.install_extra,
+        name=controller.name,
     )
     say(f"Launcher {how} on the controller {controller.name}.")
-    secrets = f"{controller.home}/secrets/{cluster_dir(config.cluster_name).name}"
+    secrets = _secrets_dir(controller, run)
     folder = controller.run_dir(run.cluster_name, run.id)
     cluster = f"{controller.home}/{_in_home(cluster_dir(config.cluster_name))}"
     made = controller.runner.run(
@@ -285,7 +338,7 @@ def status(controller: Controller, run: Run, log_offset: int, pid: int | None = 
     """The run as the controller keeps it, its log from `log_offset` on (bytes), and
     whether supervisor process `pid` there still runs."""
     folder = _q(controller.run_dir(run.cluster_name, run.id))
-    alive = f"kill -0 {pid} 2>/dev/null && echo alive" if pid else "true"
+    alive = f"kill -0 {pid} 2>/dev/null && echo alive; true" if pid else "true"
     output = controller.capture(
         f"tail -c +{log_offset + 1} {folder}/{store.LOG_FILE} 2>/dev/null; "
         f"printf '\\n%s\\n' {_END}; cat {folder}/{store.RUN_FILE} 2>/dev/null; echo; "

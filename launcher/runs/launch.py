@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -69,6 +70,11 @@ def create_run(
     store.keep_script(run, script)
     store.save(run)
     return run
+
+
+def discard_run(run: Run) -> None:
+    """Forget a run that never got a supervisor: its directory here (record, script, log)."""
+    shutil.rmtree(store.run_dir(run.cluster_name, run.id), ignore_errors=True)
 
 
 def supervise_argv(run: Run, cluster_name_override: str | None) -> list[str]:

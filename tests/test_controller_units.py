@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -364,7 +364,7 @@ class _Shell(LocalProcessRunner):
             timeout=timeout,
             check=False,
         )
-        return done.returncode, done.stdout.decode()
+        return done.returncode, done.stdout.decode("utf-8", errors="replace")  # as SSHRunner
 
     def close(self) -> None:
         pass
@@ -392,7 +392,7 @@ def test_runs_logs_and_cancels_are_read_and_written_on_the_controller(
     assert remote.runs(ctl, "ctl-units") == [run]
     assert remote.runs(ctl, "other") == []
     seen = remote.status(ctl, run, 0)
-    assert (seen.run, seen.log, seen.supervisor_alive) == (run, log, False)
+    assert (seen.run, seen.log, seen.supervisor_alive) == (run, log.encode(), False)
     assert remote.status(ctl, run, 0, os.getpid()).supervisor_alive
     remote.request_cancel(ctl, run)
     monkeypatch.setenv("LAUNCHER_HOME", str(there))
@@ -589,3 +589,35 @@ def test_a_supervisor_started_there_keeps_the_cluster_up_here(
     assert "supervised by the controller ops@ctl:22" in result.output  # type: ignore[attr-defined]
     assert events == ["up"]
     assert len(store.local_runs("ctl-units")) == 1
+
+
+def test_following_from_a_controller_keeps_every_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, launcher_home: Path
+) -> None:
+    """The next offset is the bytes read: an invalid byte, or a character cut in two at a
+    read's end, neither skips nor repeats what follows."""
+    ctl, there = _shell_controller(tmp_path)
+    run = _run(controller="ops@ctl:22", cluster_name="ctl-units", updated_at=5.0)
+    parts = [b"a\xff\n", b"caf\xc3", b"\xa9 step 2\n"]
+
+    def on_controller(change: Callable[[], None]) -> None:
+        monkeypatch.setenv("LAUNCHER_HOME", str(there))
+        change()
+        monkeypatch.setenv("LAUNCHER_HOME", str(launcher_home))
+
+    on_controller(lambda: store.save(run))
+    on_controller(lambda: store.append_log(run.cluster_name, run.id, parts[0]))
+    printed: list[str] = []
+
+    def write(text: str) -> None:  # the supervisor there writes on between two reads
+        printed.append(text)
+        if len(printed) < len(parts):
+            part = parts[len(printed)]
+            on_controller(lambda: store.append_log(run.cluster_name, run.id, part))
+        else:
+            ended = dataclasses.replace(run, state=RunState.SUCCEEDED, updated_at=9.0)
+            on_controller(lambda: store.save(ended))
+
+    remote.follow(ctl, run, write, every_s=0.01)
+    assert "".join(printed) == b"".join(parts).decode("utf-8", errors="replace")
+    assert "".join(printed) == "a\ufffd\ncaf\u00e9 step 2\n"

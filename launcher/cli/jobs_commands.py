@@ -275,19 +275,16 @@ def _controller_logs(
     keeps them (right after `--stop` took the nodes too)."""
     ctl = remote.Controller(where)
     try:
-        text = remote.log_text(ctl, run)
+        text = remote.log_text(ctl, run)  # LauncherError when the controller does not answer
         if as_json:
             attempts = _texts(run, text)
             settings.output.json({"id": run.id, "state": run.state.value, "attempts": attempts})
             return
-        sys.stdout.write(text)
-        sys.stdout.flush()
         if not follow or run.state.ended:
+            _write(text)
             return
-        try:
-            ended = remote.follow(
-                ctl, run, _write, offset=len(text.encode()), say=settings.output.line
-            )
+        try:  # the log from its start as it grows (a byte offset, so nothing is skipped)
+            ended = remote.follow(ctl, run, _write, offset=0, say=settings.output.line)
         except KeyboardInterrupt:
             settings.output.line(
                 f"Stopped following run {run.id}; the controller {ctl.name} goes on supervising it."

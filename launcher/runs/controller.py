@@ -20,6 +20,8 @@ lease says "controller USER@HOST:PORT" and a laptop's `jobs list` sees it held (
 
 from __future__ import annotations
 
+import base64
+import codecs
 import contextlib
 import dataclasses
 import getpass
@@ -339,24 +341,30 @@ def status(controller: Controller, run: Run, log_offset: int, pid: int | None = 
     whether supervisor process `pid` there still runs."""
     folder = _q(controller.run_dir(run.cluster_name, run.id))
     alive = f"kill -0 {pid} 2>/dev/null && echo alive; true" if pid else "true"
+    # The log's bytes as they are (base64: the SSH channel's output is read as text), so
+    # the next offset is what was read, whatever the bytes.
     output = controller.capture(
-        f"tail -c +{log_offset + 1} {folder}/{store.LOG_FILE} 2>/dev/null; "
-        f"printf '\\n%s\\n' {_END}; cat {folder}/{store.RUN_FILE} 2>/dev/null; echo; "
+        f"tail -c +{log_offset + 1} {folder}/{store.LOG_FILE} 2>/dev/null | base64; "
+        f"echo {_END}; cat {folder}/{store.RUN_FILE} 2>/dev/null; echo; "
         f"echo {_END}; {alive}"
     )
-    chunk, _, rest = output.partition(f"\n{_END}\n")
+    chunk, _, rest = output.partition(f"{_END}\n")
     record, _, tail = rest.partition(f"{_END}\n")
     try:
         current = Run.from_json(record)
     except ValueError:
         current = None
-    return Status(current, chunk, "alive" in tail)
+    try:
+        data = base64.b64decode(chunk)
+    except ValueError as exc:
+        raise LauncherError(f"on the controller {controller.name}: unreadable log ({exc})") from exc
+    return Status(current, data, "alive" in tail)
 
 
 @dataclasses.dataclass(frozen=True)
 class Status:
     run: Run | None
-    log: str  # the driver log's new part
+    log: bytes  # the driver log's new part: the next offset is `len(log)` on
     supervisor_alive: bool
 
 
@@ -403,6 +411,7 @@ def follow(
     (a dropped connection) is asked again, said once per silence through `say`."""
     current = run
     silent = False
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character cut in two
     while True:
         try:
             seen = status(controller, current, offset)
@@ -414,8 +423,8 @@ def follow(
             continue
         silent = False
         if seen.log:
-            write(seen.log)
-            offset += len(seen.log.encode())
+            write(text.decode(seen.log))
+            offset += len(seen.log)
         if seen.run is not None:
             current = seen.run
         if current.state.ended:
@@ -424,7 +433,7 @@ def follow(
 
 
 def log_text(controller: Controller, run: Run) -> str:
-    return status(controller, run, 0).log
+    return status(controller, run, 0).log.decode("utf-8", errors="replace")
 
 
 def request_cancel(controller: Controller, run: Run) -> None:

@@ -621,3 +621,29 @@ def test_following_from_a_controller_keeps_every_byte(
     remote.follow(ctl, run, write, every_s=0.01)
     assert "".join(printed) == b"".join(parts).decode("utf-8", errors="replace")
     assert "".join(printed) == "a\ufffd\ncaf\u00e9 step 2\n"
+
+
+def test_jobs_list_reads_the_nodes_copies_too_when_a_controller_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run known only from the nodes' copies (supervised from another machine) is listed
+    beside the controller's; per run, the newer record wins."""
+    ctl, there = _shell_controller(tmp_path)
+    monkeypatch.setattr(remote, "Controller", lambda settings: ctl)
+    path = tmp_path / "cluster.yaml"
+    path.write_text(_with_controller(AWS, "{host: ctl, ssh_user: ops}"))
+    held = _run(id="r-held", cluster_name="ctl-units", controller="ops@ctl:22", updated_at=5.0)
+    folder = there / "runs" / "ctl-units" / held.id
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(held.to_json())
+    elsewhere = _run(id="r-else", cluster_name="ctl-units", created_at=2.0, updated_at=3.0)
+    stale = dataclasses.replace(held, state=RunState.FAILED, updated_at=1.0)
+    newer = dataclasses.replace(elsewhere, state=RunState.SUCCEEDED, updated_at=4.0)
+    monkeypatch.setattr(listing.replica, "fetch", lambda provider, config: [stale, newer])
+    monkeypatch.setattr(listing, "make_provider", lambda config: None)
+
+    config = parse_config(path.read_text(), str(path))
+    found = {r.id: r for r in listing.known_runs(config)}
+    assert set(found) == {"r-held", "r-else"}
+    assert found["r-held"].state is RunState.RUNNING  # the controller's, newer than the copy
+    assert found["r-else"].state is RunState.SUCCEEDED

@@ -16,14 +16,15 @@ from launcher.runs.model import CONTROLLER_ENV, Run
 
 
 def known_runs(config: ClusterConfig, *, from_cluster: bool = True) -> list[Run]:
-    """The nodes' copies are read only when no controller answered (a controller holds
-    the newest record of the runs it supervises); a copy that names a controller not asked
-    yet sends the question there too."""
+    """This machine's runs, the controllers' and the nodes' copies (`from_cluster`), the
+    newest record of each run winning: a run a controller supervises is newest there, one
+    supervised from here or another machine is known to this one only by the nodes'
+    copies. A copy that names a controller not asked yet sends the question there too."""
     local = store.local_runs(config.cluster_name)
     best = {r.id: r for r in local}
     asked: set[str] = set()
-    answered = _from_controllers(config, controllers_of(config, local), best, asked)
-    if from_cluster and not answered:
+    _from_controllers(config, controllers_of(config, local), best, asked)
+    if from_cluster:
         with contextlib.suppress(LauncherError):
             copies = replica.fetch(make_provider(config), config)
             for run in copies:
@@ -39,10 +40,9 @@ def _from_controllers(
     controllers: list[ControllerSettings],
     best: dict[str, Run],
     asked: set[str],
-) -> bool:
-    """Merge into `best` the runs each controller not `asked` yet holds; whether one
-    answered."""
-    answered = False
+) -> None:
+    """Merge into `best` the runs each controller not `asked` yet holds (one that does not
+    answer adds nothing)."""
     for settings in controllers:
         if str(settings) in asked:
             continue
@@ -51,14 +51,12 @@ def _from_controllers(
             held = _controller_runs(settings, config)
         except LauncherError:
             continue
-        answered = True
         for run in held:
             known = best.get(run.id)
             if known is None or run.updated_at >= known.updated_at:
                 # The record as the controller keeps it, but naming this machine's config.
                 path = known.config_path if known is not None else config.source or ""
                 best[run.id] = dataclasses.replace(run, config_path=path)
-    return answered
 
 
 def controllers_of(config: ClusterConfig, runs: list[Run]) -> list[ControllerSettings]:

@@ -647,3 +647,24 @@ def test_jobs_list_reads_the_nodes_copies_too_when_a_controller_answers(
     assert set(found) == {"r-held", "r-else"}
     assert found["r-held"].state is RunState.RUNNING  # the controller's, newer than the copy
     assert found["r-else"].state is RunState.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("root@[::1]:2222", ControllerSettings("::1", "root", 2222)),
+        ("root@[2001:db8::5]", ControllerSettings("2001:db8::5", "root", 22)),
+        ("root@2001:db8::5", ControllerSettings("2001:db8::5", "root", 22)),
+        ("root@ctl.example.com:2200", ControllerSettings("ctl.example.com", "root", 2200)),
+        ("root@ctl", ControllerSettings("ctl", "root", 22)),
+    ],
+)
+def test_one_reading_of_a_controller_for_the_config_and_the_run(
+    text: str, expected: ControllerSettings
+) -> None:
+    config = parse_config(AWS, "c.yaml", Overrides(controller=text)).recover.controller
+    assert config == expected
+    assert remote.settings_from(text, None, None) == expected
+    assert remote.settings_from(str(expected), None, None) == expected  # the run's field
+    with pytest.raises(UsageError, match="IPv6"):
+        parse_config(AWS, "c.yaml", Overrides(controller="root@[::1"))

@@ -110,7 +110,7 @@ def _controller(raw: object, auth: Mapping[str, Any]) -> ControllerSettings | No
     key = raw.get("ssh_private_key") or auth.get("ssh_private_key")
     python = raw.get("python")
     return ControllerSettings(
-        host=str(raw["host"]),
+        host=str(raw["host"]).removeprefix("[").removesuffix("]"),  # [::1] as ::1
         ssh_user=str(raw.get("ssh_user") or getpass.getuser()),
         ssh_port=int(raw.get("ssh_port", 22)),
         ssh_private_key=None if key is None else str(key),

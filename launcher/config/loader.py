@@ -242,24 +242,39 @@ def _apply_overrides(merged: dict[str, Any], overrides: Overrides) -> None:
                 node_type["min_workers"] = overrides.min_workers
 
 
+def split_controller(text: str) -> tuple[str | None, str, int | None]:
+    """`[USER@]HOST[:PORT]` as (user or None, host, port or None); an IPv6 address is given
+    in brackets when a port follows (`[::1]:2222`, host `::1`), or bare. UsageError for a
+    port that is not a number. The one reading of that string: `--controller`, and a run's
+    `controller` field (launcher/runs/controller.py)."""
+    user, _, rest = text.rpartition("@")
+    port_text: str | None = None
+    if rest.startswith("["):
+        host, closed, after = rest[1:].partition("]")
+        if not closed or (after and not after.startswith(":")):
+            raise UsageError(
+                f"--controller {text}: give an IPv6 address as [ADDRESS] or [ADDRESS]:PORT, "
+                "such as root@[2001:db8::5]:22"
+            )
+        port_text = after[1:] if after else None
+    elif rest.count(":") == 1:  # an IPv6 address without brackets has more: no port then
+        host, _, port_text = rest.partition(":")
+    else:
+        host = rest
+    if port_text is not None and not port_text.isdigit():
+        raise UsageError(
+            f"--controller {text}: the port {port_text!r} is not a number; give "
+            "[USER@]HOST[:PORT], such as ubuntu@ctl.example.com:22"
+        )
+    return user or None, host, None if port_text is None else int(port_text)
+
+
 def parse_controller(text: str) -> dict[str, Any]:
     """`[USER@]HOST[:PORT]` as metadata.launcher.recover.controller keys (the schema judges
-    the values). UsageError for a port that is not a number."""
-    user, _, host = text.rpartition("@")
-    port: int | None = None
-    if host.count(":") == 1:  # an IPv6 address has more: give it as [ADDR]:PORT
-        host, _, port_text = host.partition(":")
-        if not port_text.isdigit():
-            raise UsageError(
-                f"--controller {text}: the port {port_text!r} is not a number; give "
-                "[USER@]HOST[:PORT], such as ubuntu@ctl.example.com:22"
-            )
-        port = int(port_text)
-    elif host.startswith("[") and "]:" in host:
-        host, _, port_text = host.rpartition(":")
-        if port_text.isdigit():
-            port = int(port_text)
-    found: dict[str, Any] = {"host": host}
+    the values; an IPv6 host is written there in brackets, which config/build.py takes
+    off). UsageError for a port that is not a number."""
+    user, host, port = split_controller(text)
+    found: dict[str, Any] = {"host": f"[{host}]" if ":" in host else host}
     if user:
         found["ssh_user"] = user
     if port is not None:

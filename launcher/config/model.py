@@ -112,8 +112,9 @@ class ControllerSettings:
     ssh_private_key: str | None = None  # the cluster's auth.ssh_private_key by default
     python: str | None = None  # a Python 3.11+ there with the launcher's dependencies
 
-    def __str__(self) -> str:
-        return f"{self.ssh_user}@{self.host}:{self.ssh_port}"
+    def __str__(self) -> str:  # as `submit --controller` reads it (loader.split_controller)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.ssh_user}@{host}:{self.ssh_port}"
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from launcher.config.loader import split_controller
 from launcher.config.model import ClusterConfig, ControllerSettings
 from launcher.errors import LauncherError
 from launcher.paths import cluster_dir, launcher_home
@@ -105,13 +106,10 @@ def settings_from(
 ) -> ControllerSettings:
     """A run's `controller` field ("USER@HOST:PORT") as settings, logging in with the key
     of `base` (the config's controller), else `default_key` (the cluster's)."""
-    user, _, rest = text.rpartition("@")
-    host, _, port = rest.rpartition(":")
-    if not host or not port.isdigit():
-        host, port = rest, "22"
+    user, host, port = split_controller(text)
     key = base.ssh_private_key if base is not None else default_key
     python = base.python if base is not None and base.host == host else None
-    return ControllerSettings(host, user or getpass.getuser(), int(port), key, python)
+    return ControllerSettings(host, user or getpass.getuser(), port or 22, key, python)
 
 
 def _in_home(path: Path) -> str:

@@ -214,6 +214,11 @@ def test_a_run_survives_its_head_terminated_keeping_its_worker(
         # The laptop closes: no supervisor of the run is left on it (the only one runs in
         # the controller's PID namespace), and its launcher home is gone.
         _assert_supervised_on(controller, run_id)
+        # The credentials reached the controller as 0600 files in a 0700 directory.
+        secrets = controller.path(f"~/.launcher-controller/secrets/{aws.name}/{run_id}")
+        assert secrets.stat().st_mode & 0o777 == 0o700
+        assert {f.stat().st_mode & 0o777 for f in secrets.iterdir()} == {0o600}
+        assert "AWS_ENDPOINT_URL" in (secrets / "env").read_text()
         shutil.move(laptop_home, tmp_path / "laptop-home-gone")
         aws.env["LAUNCHER_HOME"] = str(tmp_path / "second-machine")
         try:
@@ -266,11 +271,8 @@ def test_a_run_survives_its_head_terminated_keeping_its_worker(
         assert logs.returncode == 0, logs.stdout + logs.stderr
         assert "resuming from 0" in logs.stdout, logs.stdout
         assert f"resuming from {HOLD_AT}" in logs.stdout, logs.stdout
-        # The credentials reached the controller as 0600 files in a 0700 directory.
-        secrets = controller.path(f"~/.launcher-controller/secrets/{aws.name}")
-        assert secrets.stat().st_mode & 0o777 == 0o700
-        assert {f.stat().st_mode & 0o777 for f in secrets.iterdir()} == {0o600}
-        assert "AWS_ENDPOINT_URL" in (secrets / "env").read_text()
+        # The credentials there are removed once the run has ended.
+        wait_for(lambda: not secrets.exists(), 30, "the credentials to be removed there")
 
 
 def test_a_head_of_a_fallback_type_gets_the_head_s_instance_profile(

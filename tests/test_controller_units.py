@@ -286,7 +286,7 @@ def test_a_planted_secret_reaches_the_controller_only_in_its_0600_file(
 
     assert remote.start(ctl, config, run, None, said.append) == 4242
 
-    secrets = "/home/ops/.launcher-controller/secrets/ctl-units"
+    secrets = f"/home/ops/.launcher-controller/secrets/ctl-units/{run.id}"
     holding = {where for where, (data, _) in fake.puts.items() if SECRET.encode() in data}
     assert holding == {f"{secrets}/env", f"{secrets}/AWS_SHARED_CREDENTIALS_FILE"}, holding
     for where in holding:
@@ -668,3 +668,34 @@ def test_one_reading_of_a_controller_for_the_config_and_the_run(
     assert remote.settings_from(str(expected), None, None) == expected  # the run's field
     with pytest.raises(UsageError, match="IPv6"):
         parse_config(AWS, "c.yaml", Overrides(controller="root@[::1"))
+
+
+@pytest.mark.parametrize("ends", [True, False])
+def test_the_credentials_there_go_once_the_supervisor_there_has_ended_the_run(
+    tmp_path: Path, ends: bool
+) -> None:
+    """A supervisor that lets go of the run (SIGTERM) leaves them to whoever takes it up
+    there."""
+    ctl, there = _shell_controller(tmp_path)
+    run = _run(controller="ops@ctl:22", cluster_name="ctl-units")
+    folder = there / "runs" / "ctl-units" / run.id
+    folder.mkdir(parents=True)
+    secrets = there / "secrets" / "ctl-units" / run.id
+    secrets.mkdir(parents=True)
+    (secrets / "env").write_text(f"export AWS_SECRET_ACCESS_KEY={SECRET}\n")
+    last = dataclasses.replace(run, state=RunState.SUCCEEDED if ends else RunState.RUNNING)
+    (tmp_path / "last.json").write_text(last.to_json())
+    python = tmp_path / "python"  # `jobs supervise` plays the run's end; the rest is Python
+    python.write_text(
+        f'#!/bin/sh\nif [ "$1" = -m ]; then cp {tmp_path / "last.json"} run.json; exit 3; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+
+    pid = remote._spawn(ctl, str(python), str(secrets), str(folder), "c.yaml", run, None)
+    wait_for_exit = time.monotonic() + 20
+    while time.monotonic() < wait_for_exit and remote.status(ctl, run, 0, pid).supervisor_alive:
+        time.sleep(0.05)
+    assert (folder / "run.json").is_file()
+    assert secrets.exists() is not ends
+    assert (there / "secrets" / "ctl-units").exists() is not ends

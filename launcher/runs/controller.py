@@ -11,7 +11,8 @@ every launcher command run there), laid out as this machine's (launcher/paths.py
   (the cluster file as the controller reads it) and `supervisor.log`;
 - `clusters/CLUSTER/` (its logs aside), `keys/` (the keys the launcher made for the
   cluster) and `records/CLUSTER.json`: what `up` and `down` need;
-- `secrets/CLUSTER/` (0700): the provider's credentials, 0600 files (controller_secrets.py).
+- `secrets/CLUSTER/RUN/` (0700): the provider's credentials, 0600 files (controller_secrets.py),
+  removed once the run has ended there.
 
 The supervisor there is `launcher jobs supervise` started detached (setsid, stdin from
 /dev/null, output to supervisor.log), with LAUNCHER_CONTROLLER naming the controller, so its
@@ -48,6 +49,11 @@ HOME = ".launcher-controller"  # under the controller user's home
 VENV = f"{HOME}/venv"
 SUPERVISOR_LOG = "supervisor.log"
 _END = "@@launcher-controller-end"
+# Exits 0 when the run record named by argv[1] says the run has ended.
+_RUN_ENDED = (
+    "import sys; from launcher.runs.model import Run; "
+    "sys.exit(not Run.from_json(open(sys.argv[1]).read()).state.ended)"
+)
 
 
 class Controller:
@@ -157,14 +163,15 @@ def _discard(controller: Controller, run: Run, pid: int | None) -> None:
     from launcher.runs.launch import discard_run
 
     discard_run(run)
-    stop = f"kill {pid} 2>/dev/null; " if pid else ""
+    stop = f"kill -TERM -- -{pid} 2>/dev/null; " if pid else ""  # its session's group
     folder = controller.run_dir(run.cluster_name, run.id)
     with contextlib.suppress(LauncherError):  # a controller gone meanwhile keeps its copy
-        controller.capture(f"{stop}rm -rf {_q(folder)}")
+        controller.capture(f"{stop}rm -rf {_q(folder)} {_q(_secrets_dir(controller, run))}")
 
 
 def _secrets_dir(controller: Controller, run: Run) -> str:
-    return f"{controller.home}/secrets/{cluster_dir(run.cluster_name).name}"
+    """The run's own (another run of the cluster there may end sooner and remove its)."""
+    return f"{controller.home}/secrets/{cluster_dir(run.cluster_name).name}/{run.id}"
 
 
 def start(
@@ -298,11 +305,18 @@ def _spawn(
     cluster_name_override: str | None,
 ) -> int:
     """`launcher jobs supervise` there, in a session of its own that outlives this SSH
-    session; the secrets reach it from the env file, never on its command line."""
+    session (the process id returned is its shell's, leader of that session's process
+    group); the secrets reach it from the env file, never on its command line, and are
+    removed once it has exited with the run ended there (not when it let go of the run,
+    which another supervisor there may take up)."""
     argv = [python, "-m", "launcher", "jobs", "supervise", config_there, run.id]
     if cluster_name_override:
         argv += ["--cluster-name", cluster_name_override]
-    inner = f'. {_q(secrets)}/env && exec "$@"'
+    ended = shlex.join([python, "-c", _RUN_ENDED, f"{folder}/{store.RUN_FILE}"])
+    inner = (
+        f'. {_q(secrets)}/env && "$@"; code=$?; {ended} && rm -rf {_q(secrets)} && '
+        f"rmdir {_q(str(Path(secrets).parent))} 2>/dev/null; exit $code"
+    )
     script = (
         f"cd {_q(folder)} && LAUNCHER_HOME={_q(controller.home)} "
         f"{CONTROLLER_ENV}={_q('controller ' + controller.name)} "

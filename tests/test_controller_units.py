@@ -515,7 +515,7 @@ def test_a_connection_lost_while_installing_names_the_controller(tmp_path: Path)
 
 
 def _submit_with_lifecycle(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ctl: remote.Controller
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ctl: remote.Controller, *flags: str
 ) -> tuple[object, list[str]]:
     from launcher.cli import cluster_commands
 
@@ -528,7 +528,7 @@ def _submit_with_lifecycle(
     script = tmp_path / "train.py"
     script.write_text("print('hi')\n")
     result = CliRunner().invoke(
-        cli, ["submit", str(path), str(script), "--recover", "--detach", "--start", "--stop"]
+        cli, ["submit", str(path), str(script), "--recover", "--start", "--stop", *flags]
     )
     return result, events
 
@@ -542,7 +542,7 @@ def test_an_unreachable_controller_fails_before_the_run_is_made_and_start_is_und
         raise OSError("ssh ops@ctl: connection refused")
 
     ctl.runner.remote_path = unreachable  # type: ignore[method-assign]
-    result, events = _submit_with_lifecycle(tmp_path, monkeypatch, ctl)
+    result, events = _submit_with_lifecycle(tmp_path, monkeypatch, ctl, "--detach")
     assert result.exit_code == 1, result.output  # type: ignore[attr-defined]
     assert "could not reach the controller ops@ctl:22" in result.output  # type: ignore[attr-defined]
     assert not store.local_runs("ctl-units")  # no run left here that nobody supervises
@@ -562,7 +562,7 @@ def test_a_supervisor_that_exits_there_leaves_no_run_and_start_is_undone(
         return 2**22 + 99  # no such process: it exited
 
     monkeypatch.setattr(remote, "start", start)
-    result, events = _submit_with_lifecycle(tmp_path, monkeypatch, ctl)
+    result, events = _submit_with_lifecycle(tmp_path, monkeypatch, ctl, "--detach")
     assert result.exit_code == 1, result.output  # type: ignore[attr-defined]
     assert "exited" in result.output and "refused here" in result.output  # type: ignore[attr-defined]
     assert not store.local_runs("ctl-units")
@@ -584,7 +584,7 @@ def test_a_supervisor_started_there_keeps_the_cluster_up_here(
         return os.getpid()
 
     monkeypatch.setattr(remote, "start", start)
-    result, events = _submit_with_lifecycle(tmp_path, monkeypatch, ctl)
+    result, events = _submit_with_lifecycle(tmp_path, monkeypatch, ctl, "--detach")
     assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
     assert "supervised by the controller ops@ctl:22" in result.output  # type: ignore[attr-defined]
     assert events == ["up"]
@@ -699,3 +699,28 @@ def test_the_credentials_there_go_once_the_supervisor_there_has_ended_the_run(
     assert (folder / "run.json").is_file()
     assert secrets.exists() is not ends
     assert (there / "secrets" / "ctl-units").exists() is not ends
+
+
+def test_an_attached_submit_follows_the_controller_to_the_run_s_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ctl, there = _shell_controller(tmp_path)
+
+    def start(controller: remote.Controller, config: object, run: Run, *a: object) -> int:
+        folder = there / "runs" / "ctl-units" / run.id
+        folder.mkdir(parents=True)
+        attempt = Attempt(1, "i-1", time.time(), exit_code=3)
+        failed = dataclasses.replace(
+            run, attempts=(attempt,), state=RunState.FAILED, config_path="/there/c.yaml"
+        )
+        (folder / "run.json").write_text(failed.to_json())
+        (folder / "driver.log").write_bytes("step caf\u00e9\n".encode())
+        return os.getpid()
+
+    monkeypatch.setattr(remote, "start", start)
+    result, events = _submit_with_lifecycle(tmp_path, monkeypatch, ctl)
+    assert result.exit_code == 3, result.output  # type: ignore[attr-defined]
+    assert "step caf\u00e9\n" in result.output and "failed" in result.output  # type: ignore[attr-defined]
+    assert events == ["up"]  # the controller's supervisor takes it down
+    (kept,) = store.local_runs("ctl-units")
+    assert kept.state is RunState.FAILED and kept.config_path == str(tmp_path / "cluster.yaml")

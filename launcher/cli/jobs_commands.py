@@ -281,22 +281,33 @@ def _controller_logs(
             settings.output.json({"id": run.id, "state": run.state.value, "attempts": attempts})
             return
         if not follow or run.state.ended:
-            _write(text)
+            write_out(text)
             return
-        try:  # the log from its start as it grows (a byte offset, so nothing is skipped)
-            ended = remote.follow(ctl, run, _write, offset=0, say=settings.output.line)
-        except KeyboardInterrupt:
-            settings.output.line(
-                f"Stopped following run {run.id}; the controller {ctl.name} goes on supervising it."
-            )
-            sys.exit(130)
+        # The log from its start as it grows (by byte offset: nothing skipped).
+        sys.exit(follow_controller(settings, ctl, run))
     finally:
         ctl.close()
+
+
+def follow_controller(
+    settings: Settings, ctl: remote.Controller, run: Run, *, hint: str = "", keep_here: bool = False
+) -> int:
+    """Print the run's driver output from its controller until the run ends there, then
+    say its end and return its exit code (`keep_here`: its record kept on this machine
+    too). Ctrl-C stops following, not the run: 130."""
+    try:
+        ended = remote.follow_to_end(ctl, run, write_out, settings.output.line, keep_here=keep_here)
+    except KeyboardInterrupt:
+        settings.output.line(
+            f"Stopped following run {run.id}; the controller {ctl.name} goes on supervising it"
+            + (f" ({hint})." if hint else ".")
+        )
+        return 130
     say_run_end(settings, ended)
-    sys.exit(run_exit_code(ended))
+    return run_exit_code(ended)
 
 
-def _write(text: str) -> None:
+def write_out(text: str) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
 
@@ -468,7 +479,7 @@ def cancel(
     supervised = run.supervisor is not None and run.supervisor.live(time.time())
     if where is not None and supervised:
         # Its supervisor there stops the driver (it reads the request at its next look).
-        stopped = _cancel_on_controller(where, run)
+        stopped = remote.cancel_remote(where, run)
     else:
         store.request_cancel(run.cluster_name, run.id)  # for a supervisor on this machine
         stopped = _stop_driver(config, run)
@@ -490,17 +501,6 @@ def cancel(
         down_cluster(settings, cluster_config_file, cluster_name)
     if not stopped:
         sys.exit(1)
-
-
-def _cancel_on_controller(where: ControllerSettings, run: Run) -> bool:
-    """Ask the run's controller to cancel it and wait until its supervisor there has;
-    whether it has (its driver stopped)."""
-    ctl = remote.Controller(where)
-    try:
-        remote.request_cancel(ctl, run)  # store.cancel_requested there reads it
-        return remote.wait_ended(ctl, run).state is RunState.CANCELLED
-    finally:
-        ctl.close()
 
 
 def _stop_driver(config: ClusterConfig, run: Run) -> bool:

@@ -19,14 +19,19 @@ from launcher.cli.cluster_commands import (
     run_with_lifecycle,
     session_options,
 )
-from launcher.cli.jobs_commands import run_exit_code, say_run_end, supervise_here
+from launcher.cli.jobs_commands import (
+    follow_controller,
+    run_exit_code,
+    say_run_end,
+    supervise_here,
+)
 from launcher.cluster import ops
 from launcher.cluster.head import connect
 from launcher.config.loader import Overrides, load_config
-from launcher.config.model import ClusterConfig
+from launcher.config.model import ClusterConfig, ControllerSettings, RecoverSettings
 from launcher.errors import UsageError
 from launcher.runs import controller as remote
-from launcher.runs import launch, store
+from launcher.runs import launch
 from launcher.runs.model import Run
 from launcher.runs.storage import check_storage
 
@@ -118,21 +123,7 @@ def submit(
         sys.exit(
             run_with_lifecycle(settings, cluster_config_file, cluster_name, start, stop, action)
         )
-    if screen or tmux or port_forward:
-        raise UsageError(
-            "--screen, --tmux and --port-forward do not go with --recover: the run is "
-            "detached on the head already (follow it with `launcher jobs logs --follow`)"
-        )
-    if (
-        storage_path is not None
-        and "://" not in storage_path
-        and not storage_path.startswith(("/", "~"))
-    ):
-        raise UsageError(
-            f"--recover-storage {storage_path} is relative: give an absolute path every node "
-            "reaches, or a URI such as s3://BUCKET/PATH"
-        )
-
+    _refuse_with_recover(screen or tmux or bool(port_forward), storage_path)
     overrides = Overrides(cluster_name=cluster_name, controller=controller)
     # Refused before anything starts (a bad host, a provider no controller can serve).
     on_controller = load_config(cluster_config_file, overrides).recover.controller is not None
@@ -143,27 +134,12 @@ def submit(
             config = load_config(cluster_config_file, overrides)
         chosen = launch.settings_for(config, True, storage_path, max_restarts_on_errors)
         assert chosen is not None
-        if chosen.storage_path:
-            settings.output.line(check_storage(connect(config), chosen.storage_path))
-        else:
-            settings.output.line(
-                "warning: no storage path (--recover-storage, metadata.launcher.recover."
-                "storage_path): after a lost head the script starts again from what it keeps "
-                "itself; Tune and Train resume only from storage every node reaches"
-            )
+        _say_storage(settings, config, chosen)
+        new = _NewRun(config, chosen, Path(script), script_args, stop, cluster_name)
         if chosen.controller is not None:
-            ctl = remote.reach(chosen.controller)  # before the run is made here
-            try:
-                run = launch.create_run(
-                    config, Path(script), script_args, chosen, stop=stop, controller=ctl.name
-                )
-                pid, started = remote.supervise_remote(
-                    ctl, config, run, cluster_name, settings.output.line
-                )
-                handed_off.append(run)
-                return _on_controller(settings, ctl, run, pid, started, cluster_config_file, detach)
-            finally:
-                ctl.close()
+            return _on_controller(
+                settings, new, chosen.controller, cluster_config_file, detach, handed_off
+            )
         run = launch.create_run(config, Path(script), script_args, chosen, stop=stop)
         if detach:
             process = launch.spawn_supervisor(run, cluster_name)
@@ -197,44 +173,78 @@ def _config_recovers(path: str) -> bool:
     return load_config(path, Overrides()).recover.enabled
 
 
+def _refuse_with_recover(session_options: bool, storage_path: str | None) -> None:
+    if session_options:
+        raise UsageError(
+            "--screen, --tmux and --port-forward do not go with --recover: the run is "
+            "detached on the head already (follow it with `launcher jobs logs --follow`)"
+        )
+    if (
+        storage_path is not None
+        and "://" not in storage_path
+        and not storage_path.startswith(("/", "~"))
+    ):
+        raise UsageError(
+            f"--recover-storage {storage_path} is relative: give an absolute path every node "
+            "reaches, or a URI such as s3://BUCKET/PATH"
+        )
+
+
+def _say_storage(settings: Settings, config: ClusterConfig, chosen: RecoverSettings) -> None:
+    if chosen.storage_path:
+        settings.output.line(check_storage(connect(config), chosen.storage_path))
+    else:
+        settings.output.line(
+            "warning: no storage path (--recover-storage, metadata.launcher.recover."
+            "storage_path): after a lost head the script starts again from what it keeps "
+            "itself; Tune and Train resume only from storage every node reaches"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _NewRun:
+    config: ClusterConfig
+    chosen: RecoverSettings
+    script: Path
+    args: tuple[str, ...]
+    stop: bool
+    cluster_name: str | None
+
+
 def _on_controller(
     settings: Settings,
-    ctl: remote.Controller,
-    run: Run,
-    pid: int,
-    started: Run,
+    new: _NewRun,
+    where: ControllerSettings,
     path: str,
     detach: bool,
+    handed_off: list[Run],
 ) -> int:
-    """A run whose supervisor on its controller has started it: with `detach`, say so and
-    return, else follow the driver's output from there until the run ends. Ctrl-C (or
-    this machine going away) leaves the run with the controller."""
-    follow_hint = f"`launcher jobs logs {path} {run.id} --follow`"
-    if detach:
-        settings.output.line(
-            f"Run {run.id} started (attempt {len(started.attempts)}); supervised by the "
-            f"controller {ctl.name} (process {pid} there), with this machine closed too. "
-            f"Follow it with {follow_hint}"
-            + (" ; the cluster goes down once it ends." if run.stop else ".")
-        )
-        return 0
-    settings.output.line(
-        f"Run {run.id} started on the controller {ctl.name}; following its output "
-        "(Ctrl-C stops following, not the run)."
-    )
+    """The run supervised from its controller, reached before the run is made here: with
+    `detach`, return once the supervisor there has started it, else follow the driver's
+    output from there until the run ends (Ctrl-C leaves the run with the controller). The
+    run goes into `handed_off` once that supervisor has started it."""
+    ctl = remote.reach(where)
     try:
-        ended = remote.follow(ctl, started, _write, say=settings.output.line)
-    except KeyboardInterrupt:
-        settings.output.line(
-            f"Stopped following run {run.id}; the controller {ctl.name} goes on "
-            f"supervising it ({follow_hint})."
+        run = launch.create_run(
+            new.config, new.script, new.args, new.chosen, stop=new.stop, controller=ctl.name
         )
-        return 130
-    store.save(dataclasses.replace(ended, config_path=run.config_path))
-    say_run_end(settings, ended)
-    return run_exit_code(ended)
-
-
-def _write(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+        pid, started = remote.supervise_remote(
+            ctl, new.config, run, new.cluster_name, settings.output.line
+        )
+        handed_off.append(run)
+        follow_hint = f"`launcher jobs logs {path} {run.id} --follow`"
+        if detach:
+            settings.output.line(
+                f"Run {run.id} started (attempt {len(started.attempts)}); supervised by the "
+                f"controller {ctl.name} (process {pid} there), with this machine closed too. "
+                f"Follow it with {follow_hint}"
+                + (" ; the cluster goes down once it ends." if run.stop else ".")
+            )
+            return 0
+        settings.output.line(
+            f"Run {run.id} started on the controller {ctl.name}; following its output "
+            "(Ctrl-C stops following, not the run)."
+        )
+        return follow_controller(settings, ctl, run, hint=follow_hint, keep_here=True)
+    finally:
+        ctl.close()

@@ -26,6 +26,7 @@ from launcher.config.yamlsource import YamlDocument, parse_yaml
 from launcher.errors import ConfigError, UsageError
 from launcher.providers.registry import SPECS, provider_spec
 from launcher.providers.spec import ProviderSpec
+from launcher.runs.controller_secrets import no_controller
 
 _EMPTY_MEANS_UNSET = ("available_node_types", "head_node_type")
 
@@ -361,16 +362,9 @@ def controller_problems(
     controller = recover.get("controller") if isinstance(recover, Mapping) else None
     if not isinstance(controller, Mapping):
         return []
-    if spec.controller_credentials is None:
-        return [
-            Problem(
-                _CONTROLLER,
-                f"a {spec.title} cluster cannot be supervised from a controller: its nodes are "
-                "processes of this machine, which a controller elsewhere cannot run",
-                "remove the controller (`submit --recover --detach` supervises it from this "
-                "machine)",
-            )
-        ]
+    refused = no_controller(spec)
+    if refused is not None:
+        return [Problem(_CONTROLLER, *refused)]
     key = controller.get("ssh_private_key")
     if local_files and isinstance(key, str) and not Path(key).expanduser().is_file():
         return [

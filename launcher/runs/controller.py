@@ -43,7 +43,7 @@ from launcher.records.store import record_path
 from launcher.runners.known_hosts import KnownHosts
 from launcher.runners.ssh import SSHRunner, SSHTarget
 from launcher.runs import controller_secrets, store
-from launcher.runs.model import CONTROLLER_ENV, Run
+from launcher.runs.model import CONTROLLER_ENV, Run, RunState
 
 HOME = ".launcher-controller"  # under the controller user's home
 VENV = f"{HOME}/venv"
@@ -392,22 +392,37 @@ def supervisor_log_tail(controller: Controller, run: Run, lines: int = 5) -> str
 def wait_first_attempt(controller: Controller, run: Run, pid: int, timeout_s: float = 600.0) -> Run:
     """Until the controller's supervisor has started the run's first attempt (or ended
     it). LauncherError, with the end of its log, when it exits first or takes too long."""
+    started = _poll(controller, run, lambda r: bool(r.attempts) or r.state.ended, timeout_s, pid)
+    if started is None:
+        raise LauncherError(
+            f"the run's supervisor on {controller.name} did not start it in {timeout_s:g} s: "
+            f"{supervisor_log_tail(controller, run)}"
+        )
+    return started
+
+
+def _poll(
+    controller: Controller,
+    run: Run,
+    done: Callable[[Run], bool],
+    timeout_s: float,
+    pid: int | None = None,
+) -> Run | None:
+    """Ask the controller for the run every half second until `done` says so of its record
+    there (returned), or `timeout_s` passed (None). With `pid`: LauncherError, with the end
+    of its log, when that supervisor exits first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         seen = status(controller, run, 1 << 62, pid)
-        current = seen.run
-        if current is not None and (current.attempts or current.state.ended):
-            return current
-        if not seen.supervisor_alive:
+        if seen.run is not None and done(seen.run):
+            return seen.run
+        if pid is not None and not seen.supervisor_alive:
             raise LauncherError(
                 f"the run's supervisor on {controller.name} exited: "
                 f"{supervisor_log_tail(controller, run)}"
             )
         time.sleep(0.5)
-    raise LauncherError(
-        f"the run's supervisor on {controller.name} did not start it in {timeout_s:g} s: "
-        f"{supervisor_log_tail(controller, run)}"
-    )
+    return None
 
 
 def follow(
@@ -444,6 +459,22 @@ def follow(
         time.sleep(every_s)
 
 
+def follow_to_end(
+    controller: Controller,
+    run: Run,
+    write: Callable[[str], None],
+    say: Callable[[str], None],
+    *,
+    keep_here: bool = False,
+) -> Run:
+    """`follow` from the log's start until the run ends there; returns it ended, and with
+    `keep_here` keeps that record on this machine too (naming this machine's config)."""
+    ended = follow(controller, run, write, say=say)
+    if keep_here:
+        store.save(dataclasses.replace(ended, config_path=run.config_path))
+    return ended
+
+
 def log_text(controller: Controller, run: Run) -> str:
     return status(controller, run, 0).log.decode("utf-8", errors="replace")
 
@@ -456,14 +487,17 @@ def request_cancel(controller: Controller, run: Run) -> None:
 
 
 def wait_ended(controller: Controller, run: Run, timeout_s: float = 60.0) -> Run:
-    """Until the controller's copy of the run has ended (or `timeout_s` passed)."""
-    deadline = time.monotonic() + timeout_s
-    current = run
-    while time.monotonic() < deadline:
-        seen = status(controller, current, 1 << 62)
-        if seen.run is not None:
-            current = seen.run
-        if current.state.ended:
-            break
-        time.sleep(0.5)
-    return current
+    """Until the controller's copy of the run has ended (or `timeout_s` passed: the run as
+    it was)."""
+    return _poll(controller, run, lambda r: r.state.ended, timeout_s) or run
+
+
+def cancel_remote(settings: ControllerSettings, run: Run) -> bool:
+    """Ask the run's controller to cancel it and wait until its supervisor there has;
+    whether it has (its driver stopped)."""
+    controller = Controller(settings)
+    try:
+        request_cancel(controller, run)  # store.cancel_requested there reads it
+        return wait_ended(controller, run).state is RunState.CANCELLED
+    finally:
+        controller.close()

@@ -38,16 +38,24 @@ class Credentials:
     files: Mapping[str, Path] = field(default_factory=dict)
 
 
+def no_controller(spec: ProviderSpec) -> tuple[str, str] | None:
+    """Why a cluster of `spec` cannot be supervised from a controller, and what to do
+    instead; None when it can (its spec declares the credentials a controller needs)."""
+    if spec.controller_credentials is not None:
+        return None
+    return (
+        f"a {spec.title} cluster cannot be supervised from a controller: its nodes are "
+        "processes of this machine, which a controller elsewhere cannot run",
+        "remove the controller (`submit --recover --detach` supervises it from this machine)",
+    )
+
+
 def collect(spec: ProviderSpec, environ: Mapping[str, str], home: Path) -> Credentials:
     """The credentials `spec` declares, as they are here. UsageError for a provider that
     declares none (its nodes are processes of this machine)."""
     declared = spec.controller_credentials
     if declared is None:
-        raise UsageError(
-            f"a {spec.title} cluster cannot be supervised from a controller: its nodes are "
-            "processes of this machine; drop the controller (submit --recover --detach "
-            "supervises it from here)"
-        )
+        raise UsageError("; ".join(no_controller(spec) or ()))
     file_variables = {f.variable for f in declared.files}
     variables = {
         name: value

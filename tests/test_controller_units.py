@@ -637,7 +637,7 @@ def test_jobs_list_reads_the_nodes_copies_too_when_a_controller_answers(
     folder.mkdir(parents=True)
     (folder / "run.json").write_text(held.to_json())
     elsewhere = _run(id="r-else", cluster_name="ctl-units", created_at=2.0, updated_at=3.0)
-    stale = dataclasses.replace(held, state=RunState.FAILED, updated_at=1.0)
+    stale = dataclasses.replace(held, state=RunState.FAILED)  # as new: the controller's wins
     newer = dataclasses.replace(elsewhere, state=RunState.SUCCEEDED, updated_at=4.0)
     monkeypatch.setattr(listing.replica, "fetch", lambda provider, config: [stale, newer])
     monkeypatch.setattr(listing, "make_provider", lambda config: None)
@@ -645,7 +645,7 @@ def test_jobs_list_reads_the_nodes_copies_too_when_a_controller_answers(
     config = parse_config(path.read_text(), str(path))
     found = {r.id: r for r in listing.known_runs(config)}
     assert set(found) == {"r-held", "r-else"}
-    assert found["r-held"].state is RunState.RUNNING  # the controller's, newer than the copy
+    assert found["r-held"].state is RunState.RUNNING  # the controller's
     assert found["r-else"].state is RunState.SUCCEEDED
 
 

@@ -16,37 +16,32 @@ from launcher.runs.model import CONTROLLER_ENV, Run
 
 
 def known_runs(config: ClusterConfig, *, from_cluster: bool = True) -> list[Run]:
-    """This machine's runs, the controllers' and the nodes' copies (`from_cluster`), the
+    """This machine's runs, the nodes' copies (`from_cluster`) and the controllers', the
     newest record of each run winning: a run a controller supervises is newest there, one
     supervised from here or another machine is known to this one only by the nodes'
-    copies. A copy that names a controller not asked yet sends the question there too."""
+    copies. The controllers are asked last (those of the config and of every record read,
+    their word winning a tie), so that a lease they hold is not judged by a heartbeat read
+    before the nodes were."""
     local = store.local_runs(config.cluster_name)
     best = {r.id: r for r in local}
-    asked: set[str] = set()
-    _from_controllers(config, controllers_of(config, local), best, asked)
+    copies: list[Run] = []
     if from_cluster:
         with contextlib.suppress(LauncherError):
             copies = replica.fetch(make_provider(config), config)
-            for run in copies:
-                known = best.get(run.id)
-                if known is None or run.updated_at > known.updated_at:
-                    best[run.id] = run
-            _from_controllers(config, controllers_of(config, copies), best, asked)
+    for run in copies:
+        known = best.get(run.id)
+        if known is None or run.updated_at > known.updated_at:
+            best[run.id] = run
+    _from_controllers(config, controllers_of(config, [*local, *copies]), best)
     return sorted(best.values(), key=lambda r: r.created_at)
 
 
 def _from_controllers(
-    config: ClusterConfig,
-    controllers: list[ControllerSettings],
-    best: dict[str, Run],
-    asked: set[str],
+    config: ClusterConfig, controllers: list[ControllerSettings], best: dict[str, Run]
 ) -> None:
-    """Merge into `best` the runs each controller not `asked` yet holds (one that does not
-    answer adds nothing)."""
+    """Merge into `best` the runs each controller holds (one that does not answer adds
+    nothing)."""
     for settings in controllers:
-        if str(settings) in asked:
-            continue
-        asked.add(str(settings))
         try:
             held = _controller_runs(settings, config)
         except LauncherError:

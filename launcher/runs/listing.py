@@ -57,15 +57,14 @@ def _from_controllers(
 def controllers_of(config: ClusterConfig, runs: list[Run]) -> list[ControllerSettings]:
     """The controllers that may hold the cluster's runs: the config's, and those this
     machine's runs name. None on a controller itself (its runs are its own)."""
-    from launcher.runs.controller import settings_from
-
     if os.environ.get(CONTROLLER_ENV):
         return []
     base = config.recover.controller
     found = {str(base): base} if base is not None else {}
     for run in runs:
-        if run.controller and run.controller not in found:
-            found[run.controller] = settings_from(run.controller, base, config.auth.ssh_private_key)
+        settings = controller_for(config, run)
+        if settings is not None:
+            found.setdefault(str(settings), settings)
     return list(found.values())
 
 

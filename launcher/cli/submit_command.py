@@ -126,12 +126,13 @@ def submit(
     _refuse_with_recover(screen or tmux or bool(port_forward), storage_path)
     overrides = Overrides(cluster_name=cluster_name, controller=controller)
     # Refused before anything starts (a bad host, a provider no controller can serve).
-    on_controller = load_config(cluster_config_file, overrides).recover.controller is not None
+    with_overrides = load_config(cluster_config_file, overrides)
+    on_controller = with_overrides.recover.controller is not None
     handed_off: list[Run] = []  # a supervisor on the controller took the run (and its --stop)
 
     def recovering_action(config: ClusterConfig) -> int:
         if controller:
-            config = load_config(cluster_config_file, overrides)
+            config = with_overrides  # the --controller host (the lifecycle's load has none)
         chosen = launch.settings_for(config, True, storage_path, max_restarts_on_errors)
         assert chosen is not None
         _say_storage(settings, config, chosen)

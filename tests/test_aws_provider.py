@@ -448,3 +448,31 @@ def test_a_launched_worker_that_ends_before_it_is_listed_is_not_a_node_for_ever(
     before = len(server.calls())
     assert made.id not in {n.id for n in provider.nodes()}
     assert _actions(server, before) == ["DescribeInstances"]  # not asked about again
+
+
+def test_a_key_pair_imported_late_by_a_killed_up_is_taken_when_it_holds_our_key(
+    server: MotoServer, vpc: LoopbackVpc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A killed `up` saved its private key and sent ImportKeyPair, which EC2 carried out
+    # only after the next `up` had looked and found no key pair.
+    from launcher.providers.aws import keys
+    from launcher.providers.keyfiles import key_path, new_private_key, public_key, write_private
+
+    name = "launcher-prov-us-west-2"
+    write_private(key_path(name), new_private_key())
+    looked = keys.key_pair_exists
+    monkeypatch.setattr(keys, "key_pair_exists", lambda clients, key: False)
+    ec2 = server.client("ec2")
+    ec2.import_key_pair(KeyName=name, PublicKeyMaterial=public_key(key_path(name)).encode())
+    made = AwsProvider(config(server, vpc)).bootstrap()
+    assert any(line.startswith(f"key pair {name} found holding") for line in made), made
+    monkeypatch.setattr(keys, "key_pair_exists", looked)
+    assert AwsProvider(config(server, vpc)).bootstrap() == []
+    # A key pair of that name holding another key is refused, naming it.
+    ec2.delete_key_pair(KeyName=name)
+    other = key_path("other")
+    write_private(other, new_private_key())
+    ec2.import_key_pair(KeyName=name, PublicKeyMaterial=public_key(other).encode())
+    monkeypatch.setattr(keys, "key_pair_exists", lambda clients, key: False)
+    with pytest.raises(ProviderError, match=f"cannot create key pair {name}: .*Duplicate"):
+        AwsProvider(config(server, vpc)).bootstrap()

@@ -11,7 +11,13 @@ whose private key is not on this machine cannot be used: the message says how to
 from __future__ import annotations
 
 from launcher.errors import ProviderError
-from launcher.providers.aws.clients import AwsClients, boto_errors, error_message, is_not_found
+from launcher.providers.aws.clients import (
+    AwsClients,
+    boto_errors,
+    error_code,
+    error_message,
+    is_not_found,
+)
 from launcher.providers.aws.instances import aws_tags
 from launcher.providers.aws.names import default_key_name
 from launcher.providers.base import TAG_CLUSTER
@@ -48,14 +54,32 @@ def ensure_key_pair(clients: AwsClients, key_name: str, cluster_name: str) -> st
         # Saved first: if what follows is interrupted, the next `up` imports this key.
         write_private(path, new_private_key())
         done = f"created key pair {key_name} (private key {path}, mode 0600)"
+    ours = public_key(path)
     tags = [{"ResourceType": "key-pair", "Tags": aws_tags({TAG_CLUSTER: cluster_name})}]
     try:
         clients.ec2.import_key_pair(
-            KeyName=key_name, PublicKeyMaterial=public_key(path).encode(), TagSpecifications=tags
+            KeyName=key_name, PublicKeyMaterial=ours.encode(), TagSpecifications=tags
         )
     except boto_errors() as exc:
+        # An earlier `up` killed after sending its ImportKeyPair may see it carried out
+        # after this one looked: the key pair is then ours if it holds our public key.
+        if error_code(exc) == "InvalidKeyPair.Duplicate" and held_key(clients, key_name) == ours:
+            return f"key pair {key_name} found holding the public key of {path}"
         raise ProviderError(f"cannot create key pair {key_name}: {error_message(exc)}") from exc
     return done
+
+
+def held_key(clients: AwsClients, key_name: str) -> str:
+    """`TYPE BASE64` of the public key EC2 holds under `key_name` ("" when it cannot say)."""
+    try:
+        found = clients.ec2.describe_key_pairs(KeyNames=[key_name], IncludePublicKey=True)
+    except boto_errors():
+        return ""
+    for pair in found.get("KeyPairs", []):
+        words = str(pair.get("PublicKey", "")).split()
+        if len(words) >= 2:
+            return f"{words[0]} {words[1]}"
+    return ""
 
 
 def delete_key_pair(clients: AwsClients, key_name: str) -> list[str]:

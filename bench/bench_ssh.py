@@ -68,8 +68,8 @@ from launcher.config.loader import Overrides  # noqa: E402
 from launcher.config.model import ClusterConfig  # noqa: E402
 from launcher.events import Event, NodeProgress, ignore  # noqa: E402
 from launcher.providers.base import TAG_STATUS, Node, NodeKind, NodeStatus  # noqa: E402
-from launcher.providers.local.provider import OnPremProvider  # noqa: E402
-from launcher.providers.local.records import FileRecords  # noqa: E402
+from launcher.providers.onprem.claims import FileRecords  # noqa: E402
+from launcher.providers.onprem.provider import OnPremProvider  # noqa: E402
 from launcher.runners.ssh import SSHRunner  # noqa: E402
 from launcher.updater.updater import NodeUpdater, UpdateOptions  # noqa: E402
 from tests.ssh_hosts import IsolatedHost, isolated_hosts, isolation_unavailable  # noqa: E402
@@ -862,7 +862,9 @@ def import_times(lab: Lab, repeats: int = 3) -> dict[str, Any]:
             runs.append(time.perf_counter() - started)
         return median(runs)
 
-    ours = "import launcher.cli.main, launcher.cluster.lifecycle, launcher.providers.local.provider"
+    ours = (
+        "import launcher.cli.main, launcher.cluster.lifecycle, launcher.providers.onprem.provider"
+    )
     profile = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", ours],
         env=lab.env,

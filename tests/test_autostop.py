@@ -23,8 +23,8 @@ from launcher.autoscaler.idle import IdleTimer, busy_reasons, due
 from launcher.cluster.ops import marked_session, wrap_session
 from launcher.config.loader import parse_config
 from launcher.config.model import Autostop
+from launcher.ledger.store import read_record
 from launcher.paths import cluster_dir
-from launcher.records.store import read_record
 from tests.cluster_helpers import (
     cluster_config,
     kill_cluster,

@@ -1,4 +1,4 @@
-"""Cluster records (launcher/records/): runs observed and merged, node-hours and cost,
+"""Cluster records (launcher/ledger/): runs observed and merged, node-hours and cost,
 `list` and `cost-report`."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from launcher.config.loader import parse_config
-from launcher.providers.base import Node, NodeKind, NodeState
-from launcher.records.keeping import note_gone, note_listing
-from launcher.records.ledger import (
+from launcher.ledger.keeping import note_gone, note_listing
+from launcher.ledger.record import (
     EXACT_GAP_S,
     ClusterRecord,
     ClusterState,
@@ -23,8 +22,9 @@ from launcher.records.ledger import (
     to_json,
     usage,
 )
-from launcher.records.report import cost_rows, list_row
-from launcher.records.store import read_record, record_path, update_record
+from launcher.ledger.report import cost_rows, list_row
+from launcher.ledger.store import read_record, record_path, update_record
+from launcher.providers.base import Node, NodeKind, NodeState
 from tests.conftest import CliResult
 
 T0 = 1_700_000_000.0

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from launcher.config import load_config
-from launcher.plan import make_plan
+from launcher.dryrun import make_plan
 from launcher.pricing import load_prices
 from launcher.providers.registry import SPECS
 from tests.conftest import CliResult

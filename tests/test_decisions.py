@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from launcher.autoscaler.broken import broken_workers
 from launcher.autoscaler.demand import RayNode
-from launcher.autoscaler.minimum import broken_workers
 from launcher.autoscaler.observe import planner_settings
 from launcher.autoscaler.planner import NodeView, Snapshot, plan
 from launcher.config import parse_config

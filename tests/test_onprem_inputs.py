@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from launcher.config.loader import Overrides, parse_config
-from launcher.providers.local.records import FileRecords, RemoteRecords
-from launcher.providers.local.spec import OnPremSpec, records_dir
+from launcher.providers.onprem.claims import FileRecords, RemoteRecords
+from launcher.providers.onprem.spec import OnPremSpec, records_dir
 from tests.conftest import RAY_EXAMPLES, run_cli
 
 COLLIDING = ["ml.prod", "ml_prod", "ML-prod", "ml-prod", "a" * 60 + "xyz", "a" * 60 + "xyw"]

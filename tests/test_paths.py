@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from launcher.ledger.store import record_path
 from launcher.paths import cluster_dir, launcher_home
 from launcher.providers.keyfiles import key_path
-from launcher.records.store import record_path
 
 NAMES = ("ML-prod", "ml-prod", "Ml-Prod", "ml-prod-00696b36")
 

@@ -12,8 +12,8 @@ from launcher.providers.aws.provider import AwsProvider
 from launcher.providers.base import Node, NodeKind, NodeState
 from launcher.providers.gcp.provider import GcpProvider
 from launcher.providers.kubernetes.provider import KubernetesProvider
-from launcher.providers.local.provider import OnPremProvider
 from launcher.providers.localhost.provider import DEFAULT_OBJECT_STORE_BYTES, LocalhostProvider
+from launcher.providers.onprem.provider import OnPremProvider
 
 CONFIG = parse_config(
     "cluster_name: env\nprovider: {type: aws, region: us-west-2}\n"

@@ -1,4 +1,4 @@
-"""The on-prem records of which machines a cluster uses (launcher/providers/local/records.py):
+"""The on-prem records of which machines a cluster uses (launcher/providers/onprem/claims.py):
 as files on the head (`FileRecords`, the autoscaler's) and over SSH to a real sshd
 (`RemoteRecords`, the laptop's). Claiming is exclusive, and a claim that fails for any other
 reason than "in use" says why instead of passing for a busy machine."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import ProviderError
-from launcher.providers.local.records import FileRecords, Records, RemoteRecords
+from launcher.providers.onprem.claims import FileRecords, Records, RemoteRecords
 from launcher.runners.known_hosts import KnownHosts
 from launcher.runners.ssh import SSHRunner, SSHTarget
 from tests.ssh_hosts import SSHHost, authorize, clean_home, ensure_user, make_key, user_home

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from launcher.config.model import Autostop, ClusterConfig
 from launcher.errors import LauncherError
+from launcher.ledger.keeping import note_gone, note_listing
+from launcher.ledger.record import ClusterState
 from launcher.paths import cluster_dir
 from launcher.providers.base import (
     TAG_AUTOSTOPPED,
@@ -32,8 +34,6 @@ from launcher.providers.base import (
     head_of,
     wait_unlisted,
 )
-from launcher.records.keeping import note_gone, note_listing
-from launcher.records.ledger import ClusterState
 
 GONE_WAIT_S = 300.0
 POLL_S = 2.0

@@ -24,13 +24,13 @@ from types import FrameType
 
 from launcher.autoscaler.autostop import autostop_cluster, open_sessions, read_autostop
 from launcher.autoscaler.backoff import TypeBackoff
+from launcher.autoscaler.broken import broken_workers
 from launcher.autoscaler.demand import Demand
 from launcher.autoscaler.evacuate import Evacuation, evacuations, used_resources
 from launcher.autoscaler.executor import Executor
 from launcher.autoscaler.gcs import GcsDemandReader
 from launcher.autoscaler.idle import IdleTimer, busy_reasons, due
 from launcher.autoscaler.listing import NodeListing
-from launcher.autoscaler.minimum import broken_workers
 from launcher.autoscaler.observe import planner_settings, snapshot
 from launcher.autoscaler.planner import Plan, plan
 from launcher.autoscaler.spec import (
@@ -44,6 +44,7 @@ from launcher.config.model import Autostop, ClusterConfig
 from launcher.errors import LauncherError
 from launcher.events import Event, Message, NodeProgress
 from launcher.files import write_whole
+from launcher.ledger.keeping import note_listing
 from launcher.paths import node_log
 from launcher.pricing import load_prices
 from launcher.providers.base import (
@@ -56,7 +57,6 @@ from launcher.providers.base import (
 )
 from launcher.providers.factory import make_provider
 from launcher.providers.registry import SPECS
-from launcher.records.keeping import note_listing
 from launcher.updater.runner import node_runner
 from launcher.updater.updater import NodeUpdater, UpdateOptions
 

@@ -7,8 +7,8 @@ import click
 from launcher.cli.app import Settings, cli
 from launcher.cli.render_plan import render_plan
 from launcher.config import ClusterConfig, load_config
+from launcher.dryrun import make_plan
 from launcher.errors import ConfigError, UsageError
-from launcher.plan import make_plan
 from launcher.pricing import load_prices
 from launcher.providers.registry import SPECS
 

@@ -8,10 +8,10 @@ import click
 from rich.table import Table
 
 from launcher.cli.app import FiniteFloatRange, Settings, cli
-from launcher.records.ledger import ClusterState
-from launcher.records.refresh import refresh
-from launcher.records.report import cost_rows, duration, list_row
-from launcher.records.store import read_all, records_dir
+from launcher.ledger.record import ClusterState
+from launcher.ledger.refresh import refresh
+from launcher.ledger.report import cost_rows, duration, list_row
+from launcher.ledger.store import read_all, records_dir
 
 
 @cli.command(name="list")

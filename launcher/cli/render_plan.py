@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
-from launcher.plan import ClusterPlan, NodeGroupPlan, describe_resources
+from launcher.dryrun import ClusterPlan, NodeGroupPlan, describe_resources
 from launcher.runners.container import ContainerSpec
 
 

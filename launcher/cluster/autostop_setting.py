@@ -12,7 +12,7 @@ from launcher.autoscaler.spec import AUTOSTOP_FILE, HEAD_DIR
 from launcher.cluster.head import connect
 from launcher.config.model import Autostop, ClusterConfig
 from launcher.errors import LauncherError, UsageError
-from launcher.records.store import update_record
+from launcher.ledger.store import update_record
 
 
 def parse_idle_minutes(value: str) -> float:

@@ -20,11 +20,11 @@ from launcher.autoscaler.spec import (
 )
 from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError, NoClusterError, UsageError
+from launcher.ledger.keeping import note_copy
+from launcher.ledger.store import head_record_path, parse_record
 from launcher.paths import node_log
 from launcher.providers.base import Node, NodeProvider, NodeStatus
 from launcher.providers.factory import make_provider
-from launcher.records.keeping import note_copy
-from launcher.records.store import head_record_path, parse_record
 from launcher.runners.base import CommandRunner
 from launcher.runners.container import host_runner
 from launcher.updater.runner import node_runner

@@ -30,6 +30,7 @@ from launcher.config.loader import Overrides, parse_config, read_config_file
 from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError, UsageError
 from launcher.events import EventSink, Message, NodeProgress
+from launcher.ledger.keeping import note_gone, note_listing
 from launcher.paths import cluster_dir, launcher_home, node_log
 from launcher.providers.base import (
     TAG_STATUS,
@@ -42,7 +43,6 @@ from launcher.providers.base import (
 )
 from launcher.providers.factory import make_provider
 from launcher.providers.registry import provider_spec
-from launcher.records.keeping import note_gone, note_listing
 from launcher.runners.ssh import SSHNotAnsweringError
 from launcher.updater.updater import FAILED_LINE, UPDATING_LINE, NodeUpdater, UpdateOptions
 

@@ -22,9 +22,9 @@ from launcher.cluster.head import (
 )
 from launcher.config.model import ClusterConfig
 from launcher.errors import NoClusterError
+from launcher.ledger.keeping import note_listing
 from launcher.providers.base import Node, NodeKind
 from launcher.providers.factory import make_provider
-from launcher.records.keeping import note_listing
 from launcher.runners.base import OutputSink
 from launcher.runners.container import host_runner
 from launcher.runners.forward import forwarding

@@ -17,7 +17,7 @@ _IMPLEMENTATIONS: Mapping[str, str] = MappingProxyType(
     {
         "localhost": "launcher.providers.localhost.provider:LocalhostProvider",
         "fake_multinode": "launcher.providers.localhost.provider:LocalhostProvider",
-        "local": "launcher.providers.local.provider:OnPremProvider",
+        "local": "launcher.providers.onprem.provider:OnPremProvider",
         "aws": "launcher.providers.aws.provider:AwsProvider",
         "gcp": "launcher.providers.gcp.provider:GcpProvider",
         "kubernetes": "launcher.providers.kubernetes.provider:KubernetesProvider",

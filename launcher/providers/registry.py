@@ -8,8 +8,8 @@ from types import MappingProxyType
 from launcher.providers.aws.spec import AwsSpec
 from launcher.providers.gcp.spec import GcpSpec
 from launcher.providers.kubernetes.spec import KubernetesSpec
-from launcher.providers.local.spec import OnPremSpec
 from launcher.providers.localhost.spec import FakeMultinodeSpec, LocalhostSpec
+from launcher.providers.onprem.spec import OnPremSpec
 from launcher.providers.spec import ProviderSpec
 
 SPECS: Mapping[str, ProviderSpec] = MappingProxyType(

@@ -36,10 +36,10 @@ from pathlib import Path
 from launcher.config.loader import split_controller
 from launcher.config.model import ClusterConfig, ControllerSettings
 from launcher.errors import LauncherError
+from launcher.ledger.store import record_path
 from launcher.paths import cluster_dir, launcher_home
 from launcher.providers.keyfiles import key_path
 from launcher.providers.registry import provider_spec
-from launcher.records.store import record_path
 from launcher.runners.known_hosts import KnownHosts
 from launcher.runners.ssh import SSHRunner, SSHTarget
 from launcher.runs import controller_secrets, store

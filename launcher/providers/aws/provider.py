@@ -12,9 +12,9 @@ setup status and hashes), so any laptop, or the head, recovers the cluster by li
   fallbacks. Each RunInstances carries a client token, so a retried call never launches
   twice. Throttling is retried with jitter by botocore (`clients`).
 - A worker AWS reclaims (spot) is listed as PREEMPTED until the autoscaler has answered it
-  (remembered on the head across autoscaler restarts: answered.py).
+  (remembered on the head across autoscaler restarts: removed_journal.py).
 - Launches from the user's machine are written down until a listing shows what they made
-  (`sent`); one whose answer never came back (an interrupted `up`) is sent again, same
+  (`launch_journal`); one whose answer never came back (an interrupted `up`) is sent again, same
   client token, by the next `up` (bootstrap) or `down` (cleanup). Their instances are nodes
   before any listing shows them, so `up` never makes a second head and `down` leaves
   nothing behind.
@@ -37,7 +37,7 @@ from typing import Any
 
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ProviderError
-from launcher.providers.aws import answered, iam, keys, network, sent
+from launcher.providers.aws import iam, keys, launch_journal, network, removed_journal
 from launcher.providers.aws.bootstrap import group_name, own_key_name, resolve
 from launcher.providers.aws.clients import (
     AwsClients,
@@ -91,7 +91,8 @@ LISTED_WAIT_S = 60.0  # `settle` waits this long at most for new instances to be
 LISTED_POLL_S = 0.5
 ALL_STATES = ("pending", "running", "stopping", "stopped", "shutting-down", "terminated")
 FINAL_STATES = ("stopped", "terminated")
-# Refusals of a launch sent again (see `sent`) that say nothing about what the first one made.
+# Refusals of a launch sent again (see `launch_journal`) that say nothing about what the
+# first one made.
 UNSETTLED_CODES = frozenset(
     {"UnauthorizedOperation", "AuthFailure", "RequestExpired", "Blocked", "OptInRequired"}
 )
@@ -113,11 +114,11 @@ class AwsProvider(NodeProvider):
         self._contexts: dict[str, LaunchContext] | None = None  # per node type
         self._lock = threading.Lock()
         self._private_ips: dict[str, str] = {}
-        # Instances launched from this machine (`sent`), until a listing shows them.
+        # Instances launched from this machine (`launch_journal`), until a listing shows them.
         self._unlisted: dict[str, dict[str, Any]] = {}
         # Terminated (or stopped) by this provider: a reclaimed worker among them has been
         # answered, and a launch not listed yet is not a node any more. On the head, also
-        # by the autoscaler's earlier runs (`answered`).
+        # by the autoscaler's earlier runs (`removed_journal`).
         self._gone: set[str] = set()
         self._listed_once = False
         # Workers seen live at the last listing, or launched since: one missing from the next
@@ -126,7 +127,9 @@ class AwsProvider(NodeProvider):
         self._reclaimed: dict[str, dict[str, Any]] = {}
         self._live: dict[str, bool] = {}  # pending or running at the last listing: stoppable?
         if on_head:
-            self._gone.update(answered.load(answered.removed_path(self.cluster_name), time.time()))
+            self._gone.update(
+                removed_journal.load(removed_journal.removed_path(self.cluster_name), time.time())
+            )
         key = config.auth.ssh_private_key
         name = own_key_name(config)
         self._key = key if key else (str(key_path(name)) if name else None)
@@ -187,7 +190,7 @@ class AwsProvider(NodeProvider):
         the first listing asks for every state (reclaims while no autoscaler ran, which EC2
         lists for about an hour); later ones only for the live states, plus, when a worker
         seen live before is missing, for that worker's fate."""
-        launches = sent.pending(self.cluster_name) if not self.on_head else []
+        launches = launch_journal.pending(self.cluster_name) if not self.on_head else []
         with self._lock:
             first, self._listed_once = not self._listed_once, True
             # Asked about by id when missing: workers seen live, and instances launched here
@@ -233,9 +236,9 @@ class AwsProvider(NodeProvider):
                 if launch.instances is None:
                     continue  # never answered: `up` and `down` send it again
                 if launch.instance_ids <= listed_ids:
-                    sent.forget(launch.path)  # listed now: no longer needed
+                    launch_journal.forget(launch.path)  # listed now: no longer needed
                 for made in launch.instances:
-                    instance = sent.restored(made, launch.request)
+                    instance = launch_journal.restored(made, launch.request)
                     self._unlisted.setdefault(instance["InstanceId"], instance)
             for instance_id in listed_ids:
                 self._unlisted.pop(instance_id, None)
@@ -253,10 +256,10 @@ class AwsProvider(NodeProvider):
 
     def _send_unanswered(self) -> list[str]:
         """Send once more the launches sent from this machine whose answer never came
-        (`sent`): EC2 answers with what they made, which is written down. Returns the ids
+        (`launch_journal`): EC2 answers with what they made, which is written down. Returns the ids
         of the instances they made."""
         made: list[str] = []
-        for launch in sent.pending(self.cluster_name):
+        for launch in launch_journal.pending(self.cluster_name):
             if launch.instances is not None:
                 continue
             again = functools.partial(self.clients.ec2_launch.run_instances, **launch.request)
@@ -264,13 +267,13 @@ class AwsProvider(NodeProvider):
                 instances = retry_throttled(again)["Instances"]
             except boto_errors() as exc:
                 if error_code(exc) and error_code(exc) not in UNSETTLED_CODES:
-                    sent.forget(launch.path)  # refused: the first one made nothing either
+                    launch_journal.forget(launch.path)  # refused: the first one made nothing either
                     continue
                 raise ProviderError(
                     f"cannot learn what a launch sent at {launch.when}, whose answer was "
                     f"lost, made: {error_message(exc)}; run the command again"
                 ) from exc
-            sent.answered(launch.path, instances)
+            launch_journal.answered(launch.path, instances)
             made += [str(i["InstanceId"]) for i in instances]
         return made
 
@@ -379,7 +382,7 @@ class AwsProvider(NodeProvider):
         )
         # Written down until answered: if this command dies meanwhile, the next one learns
         # what the launch made by sending it again.
-        record = None if self.on_head else sent.record(self.cluster_name, request)
+        record = None if self.on_head else launch_journal.record(self.cluster_name, request)
         for attempt in range(PROFILE_RETRIES + 1):
             try:
                 reply = retry_throttled(lambda: self.clients.ec2_launch.run_instances(**request))
@@ -389,7 +392,7 @@ class AwsProvider(NodeProvider):
                     iam.wait_between_profile_retries(attempt)
                     continue
                 if error_code(exc):  # refused, so nothing was made
-                    sent.forget(record)
+                    launch_journal.forget(record)
                 if is_capacity(exc):
                     raise CapacityError(
                         node_type.name,
@@ -401,7 +404,7 @@ class AwsProvider(NodeProvider):
                     f"{node_type.name}: launch in {placement.zone} ({placement.subnet_id}) "
                     f"refused: {error_message(exc)}"
                 ) from exc
-        sent.answered(record, reply["Instances"])
+        launch_journal.answered(record, reply["Instances"])
         nodes = []
         for launched in reply["Instances"]:
             # RunInstances may answer before the tags are readable back: use ours.
@@ -536,7 +539,9 @@ class AwsProvider(NodeProvider):
             # restarted autoscaler's first listing finds it (others are never listed again).
             reclaimed = [i for i in ids if i in self._reclaimed]
             if self.on_head and reclaimed:
-                answered.add(answered.removed_path(self.cluster_name), reclaimed, time.time())
+                removed_journal.add(
+                    removed_journal.removed_path(self.cluster_name), reclaimed, time.time()
+                )
         if not stop:  # their host keys go with them (a stopped instance keeps its own)
             KnownHosts(known_hosts_path(self.cluster_name)).forget_nodes(set(ids))
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from launcher.errors import ProviderError
 from launcher.files import write_whole
-from launcher.providers.local.spec import records_dir
+from launcher.providers.onprem.spec import records_dir
 from launcher.runners.ssh import SSHRunner
 
 Record = dict[str, Any]

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 from launcher.config.loader import Overrides, parse_config
 from launcher.errors import LauncherError
+from launcher.ledger.keeping import note_listing
+from launcher.ledger.record import ClusterRecord, ClusterState, all_gone
+from launcher.ledger.store import read_record, update_record
 from launcher.providers.base import TAG_AUTOSTOPPED
 from launcher.providers.factory import make_provider
-from launcher.records.keeping import note_listing
-from launcher.records.ledger import ClusterRecord, ClusterState, all_gone
-from launcher.records.store import read_record, update_record
 
 GONE_NOTE = "not found by its provider at a refresh: taken down outside this machine's launcher"
 

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from launcher.files import write_whole
+from launcher.ledger.record import ClusterRecord, from_json, to_json
 from launcher.paths import launcher_home, named_file
-from launcher.records.ledger import ClusterRecord, from_json, to_json
 
 HEAD_RECORDS_DIR = "~/.launcher/records"  # on a head whose $LAUNCHER_HOME is its own
 

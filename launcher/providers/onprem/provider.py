@@ -24,13 +24,13 @@ from launcher.providers.base import (
     NodeProvider,
     NodeState,
 )
-from launcher.providers.local.records import (
+from launcher.providers.onprem.claims import (
     FileRecords,
     Record,
     Records,
     RemoteRecords,
 )
-from launcher.providers.local.spec import OnPremProviderConfig, records_dir
+from launcher.providers.onprem.spec import OnPremProviderConfig, records_dir
 from launcher.providers.ssh_access import SSHAccess, ssh_tunnel
 from launcher.runners.base import CommandRunner, wait_until_ready
 from launcher.runners.container import container_for, stop_command

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from launcher.records.ledger import ClusterRecord, ClusterState, hourly_now, total_cost, usage
+from launcher.ledger.record import ClusterRecord, ClusterState, hourly_now, total_cost, usage
 
 
 def money(amount: float | None, *, billed: bool = True, at_least: bool = False) -> str:

@@ -9,11 +9,11 @@ import time
 from collections.abc import Sequence
 
 from launcher.config.model import Autostop, ClusterConfig
+from launcher.ledger.record import ClusterRecord, ClusterState, Seen, all_gone, merge, observe
+from launcher.ledger.store import update_record
 from launcher.pricing import PriceTable, load_prices
 from launcher.providers.base import Node, NodeState
 from launcher.providers.registry import SPECS
-from launcher.records.ledger import ClusterRecord, ClusterState, Seen, all_gone, merge, observe
-from launcher.records.store import update_record
 
 
 def price_table_label(prices: PriceTable) -> str:

@@ -1,5 +1,5 @@
 """Our EC2 provider against Ray's (`AWSNodeProvider`), both against the same moto EC2 server
-(tests/aws_fake.py's MotoServer on 127.0.0.1) in one run: wall time and EC2 API calls (by
+(fakes/aws/server.py's MotoServer on 127.0.0.1) in one run: wall time and EC2 API calls (by
 action, from the server's call log) to launch N workers, list them, terminate them until a
 listing shows none, launch N when the first subnet's zone has no capacity, and, with
 cache_stopped_nodes, launch, stop and relaunch (reusing the stopped) N workers.
@@ -44,11 +44,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from fakes.aws.server import MotoServer, loopback_vpc  # noqa: E402
 from launcher.config.loader import Overrides, parse_config  # noqa: E402
 from launcher.providers.aws.clients import AwsClients  # noqa: E402
 from launcher.providers.aws.provider import AwsProvider  # noqa: E402
 from launcher.providers.base import NodeKind  # noqa: E402
-from tests.aws_fake import MotoServer, loopback_vpc  # noqa: E402
 from tests.test_aws_provider import image  # noqa: E402
 
 CLUSTER = "bench-aws"

@@ -1,5 +1,5 @@
 """Our GCE provider against Ray's (`GCPNodeProvider`), both against the same fake GCE
-(tests/gce_fake.py's GceServer on 127.0.0.1) in one run: wall time and Compute API calls (by
+(fakes/gce/server.py's GceServer on 127.0.0.1) in one run: wall time and Compute API calls (by
 method, from the fake's call log) to launch N workers until each is RUNNING, list them, run
 a minute of autoscaler ticks with nothing to change, set labels on one node, and terminate them all
 until a listing shows none.
@@ -47,12 +47,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from fakes.gce.server import PROJECT, GceServer  # noqa: E402
 from launcher.autoscaler.daemon import Daemon  # noqa: E402
 from launcher.config.loader import Overrides, parse_config  # noqa: E402
 from launcher.providers.base import TAG_STATUS, NodeKind, NodeState  # noqa: E402
 from launcher.providers.factory import make_provider  # noqa: E402
 from launcher.providers.gcp.provider import GcpProvider  # noqa: E402
-from tests.gce_fake import PROJECT, GceServer  # noqa: E402
 
 CLUSTER = "bench-gcp"
 ZONE = "us-west1-b"
@@ -78,7 +78,7 @@ def node_config() -> dict[str, Any]:
 
 
 def set_timings(server: GceServer, delays: bool) -> None:
-    """The fake's defaults (tests/gce_fake_compute.py Timings, which reset() puts back) or
+    """The fake's defaults (fakes/gce/compute.py Timings, which reset() puts back) or
     all zero."""
     if delays:
         return

@@ -45,13 +45,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from fakes.kube.scheduler import NodeSpec  # noqa: E402
+from fakes.kube.server import KubeServer  # noqa: E402
 from launcher.autoscaler.daemon import Daemon  # noqa: E402
 from launcher.config.loader import Overrides, parse_config  # noqa: E402
 from launcher.providers.base import TAG_STATUS, NodeKind  # noqa: E402
 from launcher.providers.factory import make_provider  # noqa: E402
 from launcher.runners.base import CommandRunner  # noqa: E402
-from tests.kube_fake.scheduler import NodeSpec  # noqa: E402
-from tests.kube_fake.server import KubeServer  # noqa: E402
 
 CLUSTER = "bench-kube"
 NAMESPACE = "ray"
@@ -505,7 +505,7 @@ def root_problem() -> str | None:
 class RealLab:
     server: KubeServer
     kubeconfig: Path
-    host: Any  # tests.ssh_hosts.IsolatedHost
+    host: Any  # fakes.hosts.ssh.IsolatedHost
     key: Path
     tmp: Path
     env: dict[str, str]
@@ -513,8 +513,8 @@ class RealLab:
 
 @contextlib.contextmanager
 def real_lab(tmp: Path) -> Iterator[RealLab]:
-    from tests.kube_fake.kubelet import FakeKubelet
-    from tests.ssh_hosts import IsolatedHost, make_key
+    from fakes.hosts.ssh import IsolatedHost, make_key
+    from fakes.kube.kubelet import FakeKubelet
 
     tmp.mkdir(parents=True, exist_ok=True)
     key = make_key(tmp / "id_ed25519")

@@ -4,7 +4,7 @@ per command as Ray's launcher does, measured in the same run on the same hosts (
     sudo .venv/bin/python bench/bench_ssh.py [--quick] [--repeat N]
 
 Needs root: every host is an sshd in its own PID and mount namespaces, with its own home
-and /tmp (tests/ssh_hosts.py `IsolatedHost`), on 127.0.7.x:22 so it never meets the tests'
+and /tmp (fakes/hosts/ssh.py `IsolatedHost`), on 127.0.7.x:22 so it never meets the tests'
 hosts. All traffic stays on 127.0.0.0/8. --quick takes about a minute, the full run two.
 
 1. Setup of N hosts (N = 1, 4, 16). On every host: sync a file_mounts directory (5 files,
@@ -62,6 +62,7 @@ if str(REPO) not in sys.path:
 
 import launcher.cluster.install as install_module  # noqa: E402
 import launcher.runners.ssh as ssh_module  # noqa: E402
+from fakes.hosts.ssh import IsolatedHost, isolated_hosts, isolation_unavailable  # noqa: E402
 from launcher.autoscaler.daemon import MAX_PARALLEL_SETUPS  # noqa: E402
 from launcher.cluster import lifecycle  # noqa: E402
 from launcher.config.loader import Overrides  # noqa: E402
@@ -72,7 +73,6 @@ from launcher.providers.onprem.claims import FileRecords  # noqa: E402
 from launcher.providers.onprem.provider import OnPremProvider  # noqa: E402
 from launcher.runners.ssh import SSHRunner  # noqa: E402
 from launcher.updater.updater import NodeUpdater, UpdateOptions  # noqa: E402
-from tests.ssh_hosts import IsolatedHost, isolated_hosts, isolation_unavailable  # noqa: E402
 
 FIRST_IP = "127.0.7.2"
 UNUSED_HEAD_IP = "127.0.7.1"  # part 1's head: named in the config, never contacted

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.aws_fake import InstanceHosts, LoopbackVpc, MotoServer, loopback_vpc, tag
-from tests.ssh_hosts import IsolatedHost
+from fakes.aws.server import InstanceHosts, LoopbackVpc, MotoServer, loopback_vpc, tag
+from fakes.hosts.ssh import IsolatedHost
 
 LIVE = ("pending", "running", "stopping", "stopped")
 
@@ -82,7 +82,7 @@ def aws_config(
     """A cluster file for `running_cluster`: `node_types` is the available_node_types
     section's body (indented two spaces), `extra` more top-level YAML; Ray started with one
     CPU per node."""
-    from tests.ssh_hosts import ray_start_commands
+    from fakes.hosts.ssh import ray_start_commands
 
     return (
         "cluster_name: aws-e2e\n"

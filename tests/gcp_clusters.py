@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from fakes.gce.hosts import GceHosts
+from fakes.gce.server import GceServer, InstanceView
 from tests.cluster_helpers import run
-from tests.gce_fake import GceServer, InstanceView
-from tests.gce_hosts import GceHosts
 
 
 @dataclass

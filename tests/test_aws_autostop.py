@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from fakes.aws.server import tag
+from fakes.hosts.ssh import isolation_unavailable
 from tests.aws_clusters import AwsCluster, aws_config, running_cluster
-from tests.aws_fake import tag
 from tests.cluster_helpers import wait_for
-from tests.ssh_hosts import isolation_unavailable
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())

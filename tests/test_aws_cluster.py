@@ -1,6 +1,6 @@
 """AWS clusters end to end: the launcher CLI against moto's EC2/IAM server, where each
 instance in a loopback VPC (127.16.0.0/16) becomes a real SSH host running real Ray
-(tests/aws_fake.py `InstanceHosts`). The autoscaler runs on the head from the wheel `up`
+(fakes/aws/server.py `InstanceHosts`). The autoscaler runs on the head from the wheel `up`
 installs there and reaches the same moto server through the head's ~/.aws/config, as an
 instance profile would give it credentials on AWS.
 """
@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from tests.aws_clusters import AwsCluster, aws_config, running_cluster
-from tests.aws_fake import (
+from fakes.aws.faults import Call
+from fakes.aws.server import (
     LOOPBACK_NET,
     interrupt_spot,
     tag,
 )
-from tests.aws_faults import Call
+from fakes.hosts.ssh import COUNT_NODES, isolation_unavailable
+from tests.aws_clusters import AwsCluster, aws_config, running_cluster
 from tests.cluster_helpers import wait_for
-from tests.ssh_hosts import COUNT_NODES, isolation_unavailable
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())

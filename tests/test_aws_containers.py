@@ -1,7 +1,7 @@
 """Ray's published AWS example (aws/example-full.yaml, which runs every node in a docker
 container) end to end: the launcher CLI against moto's EC2/IAM server, each instance in a
-loopback VPC a real SSH host (tests/aws_hosts.py `InstanceHosts`) with the stand-in container
-engine (tests/fake_docker.py, installed by tests/container_hosts.py `equip`), and real Ray in
+loopback VPC a real SSH host (fakes/aws/hosts.py `InstanceHosts`) with the stand-in container
+engine (fakes/hosts/fake_docker.py, installed by fakes/hosts/containers.py `equip`), and real Ray in
 the "containers". The head's autoscaler runs in the head's container and launches the worker,
 and starts it again, in a new container, when its machine stops (cache_stopped_nodes).
 
@@ -21,14 +21,14 @@ makes the changes and fails if anything else differs:
 Nothing else changes: the region, zones, image, container name, run options, spot workers,
 BlockDeviceMappings and the rest of Ray's start commands are the example's. The example has
 no setup commands that need the internet. Ray on each machine is told its own address and a
-dashboard agent port of its own by the machine's `ray` (tests/container_hosts.py `equip`),
+dashboard agent port of its own by the machine's `ray` (fakes/hosts/containers.py `equip`),
 since the test machines share this box's network; a machine of its own would find both by
 itself.
 
 On EC2 a container on the host's network reaches the instance metadata service for the head's
 credentials; here each host's /root/.aws stands in for it, so `boot` names those files in
 AWS_* variables of the host's shell, which the stand-in engine passes into `--net=host`
-containers (tests/fake_docker.py), with the metadata service turned off so nothing looks
+containers (fakes/hosts/fake_docker.py), with the metadata service turned off so nothing looks
 beyond this machine.
 """
 
@@ -46,12 +46,12 @@ from typing import Any
 import pytest
 import yaml
 
+from fakes.aws.server import InstanceHosts, MotoServer, loopback_vpc, tag
+from fakes.hosts.containers import FAKE_DOCKER, containers_on, engine_calls, equip
+from fakes.hosts.ssh import COUNT_NODES, NAMESPACES, IsolatedHost, isolation_unavailable
 from launcher.runners.container import KEEP_ALIVE
-from tests.aws_fake import InstanceHosts, MotoServer, loopback_vpc, tag
 from tests.cluster_helpers import wait_for
 from tests.conftest import RAY_EXAMPLES
-from tests.container_hosts import FAKE_DOCKER, containers_on, engine_calls, equip
-from tests.ssh_hosts import COUNT_NODES, NAMESPACES, IsolatedHost, isolation_unavailable
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())

@@ -1,4 +1,4 @@
-"""The fake AWS of tests/aws_fake.py, through boto3 over HTTP: moto's behaviour we rely on,
+"""The fake AWS of fakes/aws/server.py, through boto3 over HTTP: moto's behaviour we rely on,
 fault injection, the call log, loopback instances as SSH hosts and spot interruptions.
 No launcher code: these prove the test infrastructure the AWS provider is tested with."""
 
@@ -18,7 +18,7 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.parsers import ResponseParserError
 
-from tests.aws_fake import (
+from fakes.aws.server import (
     LOOPBACK_NET,
     REGION,
     Call,

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from fakes.aws.server import LoopbackVpc, MotoServer, loopback_vpc
 from launcher.cli.main import cli
 from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
@@ -28,7 +29,6 @@ from launcher.providers.aws.iam import POLICY_NAME, head_policy
 from launcher.providers.aws.provider import AwsProvider
 from launcher.providers.aws.spec import AwsSpec
 from launcher.providers.base import NodeKind
-from tests.aws_fake import LoopbackVpc, MotoServer, loopback_vpc
 
 LONG_A = "a" * 60 + "one"  # 63 characters, the longest cluster name; the first 60 shared
 LONG_B = "a" * 60 + "two"

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
+from fakes.aws.server import interrupt_spot, tag
+from fakes.hosts.ssh import isolation_unavailable
 from launcher.autoscaler.notice_watch import parse_notice, read_notice
 from tests.aws_clusters import AwsCluster, aws_config, running_cluster
-from tests.aws_fake import interrupt_spot, tag
 from tests.cluster_helpers import wait_for
-from tests.ssh_hosts import isolation_unavailable
 
 
 class Metadata:

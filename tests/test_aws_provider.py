@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes.aws.server import LoopbackVpc, MotoServer, interrupt_spot, loopback_vpc
 from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
 from launcher.errors import CapacityError, ProviderError
@@ -18,7 +19,6 @@ from launcher.providers.aws import clients
 from launcher.providers.aws import provider as aws_provider
 from launcher.providers.aws.provider import AwsProvider
 from launcher.providers.base import TAG_SETUP_HASH, NodeKind, NodeState
-from tests.aws_fake import LoopbackVpc, MotoServer, interrupt_spot, loopback_vpc
 
 
 @pytest.fixture(scope="module")

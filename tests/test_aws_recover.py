@@ -25,13 +25,13 @@ from typing import Any
 
 import pytest
 
+from fakes.aws.server import LOOPBACK_NET, MotoServer, loopback_vpc, tag
+from fakes.hosts.ssh import IsolatedHost, isolated_hosts, isolation_unavailable, make_key
 from launcher.config.loader import Overrides, parse_config
 from launcher.providers.aws.provider import AwsProvider
 from launcher.providers.base import NodeKind
 from tests.aws_clusters import AwsCluster, aws_config, running_cluster
-from tests.aws_fake import LOOPBACK_NET, MotoServer, loopback_vpc, tag
 from tests.cluster_helpers import wait_for
-from tests.ssh_hosts import IsolatedHost, isolated_hosts, isolation_unavailable, make_key
 
 STEPS, HOLD_AT = 8, 3
 # Ray's GCS listens on every address: a port other than Ray's default, which a cluster of

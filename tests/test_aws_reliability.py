@@ -5,7 +5,7 @@ throttling until the user gives up); a second `up` never creates a second head. 
 let AWS carry out the interrupted call after its caller is gone, or list new instances only
 seconds after their launch (EC2's eventual consistency).
 
-The launcher CLI runs as a subprocess against moto's EC2/IAM server (tests/aws_fake.py), where
+The launcher CLI runs as a subprocess against moto's EC2/IAM server (fakes/aws/server.py), where
 each instance in a loopback VPC is a real SSH host, and the autoscaler on the head launches a
 worker for min_workers (so `down` races with it). Ray itself is not started (its start
 commands are `true`): what is tested is the launcher's own bookkeeping, and it keeps the runs
@@ -35,11 +35,11 @@ from typing import Any
 
 import pytest
 
+from fakes.aws.server import LOOPBACK_NET, Call, InstanceHosts, InstanceView, MotoServer
+from fakes.hosts.ssh import isolation_unavailable
 from launcher.cluster.lock import ClusterLock
 from launcher.errors import ClusterBusyError
-from tests.aws_fake import LOOPBACK_NET, Call, InstanceHosts, InstanceView, MotoServer
 from tests.cluster_helpers import wait_for
-from tests.ssh_hosts import isolation_unavailable
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())
@@ -331,7 +331,7 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
 def own_subnets(ec2: Any) -> tuple[str, str]:
     """Two subnets (zones a and b) of a VPC 127.16.0.0/16, numbered at random from
     127.16.100.0/24 on, so that this session's hosts do not take the addresses of another
-    test session's on this machine (tests/aws_fake.py's loopback_vpc uses 127.16.1-3.x)."""
+    test session's on this machine (fakes/aws/server.py's loopback_vpc uses 127.16.1-3.x)."""
     vpc = ec2.create_vpc(CidrBlock=str(LOOPBACK_NET))["Vpc"]["VpcId"]
     third = random.SystemRandom().randrange(100, 250, 2)
     a, b = (

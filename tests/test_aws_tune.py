@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.aws_fake import InstanceHosts, MotoServer, interrupt_spot, loopback_vpc, tag
+from fakes.aws.server import InstanceHosts, MotoServer, interrupt_spot, loopback_vpc, tag
+from fakes.hosts.ssh import isolation_unavailable, ray_start_commands
 from tests.cluster_helpers import wait_for
 from tests.conftest import REPO
-from tests.ssh_hosts import isolation_unavailable, ray_start_commands
 from tests.test_aws_cluster import CONFIG, AwsCluster, status_of
 
 pytestmark = pytest.mark.skipif(

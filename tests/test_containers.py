@@ -1,12 +1,12 @@
 """Containers (`docker:`): which container each node gets, the command lines, and clusters
 whose setup and Ray run in containers.
 
-The end-to-end tests here use tests/fake_docker.py, a stand-in for `docker` and `podman`
+The end-to-end tests here use fakes/hosts/fake_docker.py, a stand-in for `docker` and `podman`
 that records images and containers and runs `exec`'d commands on the host with the
 container's own environment and home directory (its docstring says exactly what it models),
 and run only on machines without podman: where podman (and docker-registry) are installed,
 tests/test_podman.py runs the same flows against the real engine. Everything else is real:
-the launcher, sshd on isolated hosts (tests/ssh_hosts.py) and Ray, which runs in the
+the launcher, sshd on isolated hosts (fakes/hosts/ssh.py) and Ray, which runs in the
 "containers" of Ray's own on-prem example config, read unchanged but for its addresses.
 """
 
@@ -27,6 +27,9 @@ from pathlib import Path
 
 import pytest
 
+from fakes.hosts.containers import FAKE_DOCKER, calls, containers_on, engine_calls, equip
+from fakes.hosts.podman import real_engine_unavailable
+from fakes.hosts.ssh import IsolatedHost, isolated_hosts, make_key
 from launcher.config.loader import parse_config
 from launcher.config.model import ClusterConfig
 from launcher.runners.container import (
@@ -50,9 +53,6 @@ from launcher.runners.local import LocalProcessRunner
 from launcher.updater.hashing import node_hashes
 from tests.cluster_helpers import on_terminal, run
 from tests.conftest import RAY_EXAMPLES, run_cli
-from tests.container_hosts import FAKE_DOCKER, calls, containers_on, engine_calls, equip
-from tests.podman_hosts import real_engine_unavailable
-from tests.ssh_hosts import IsolatedHost, isolated_hosts, make_key
 
 BASE = """
 cluster_name: boxes

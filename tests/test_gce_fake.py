@@ -1,4 +1,4 @@
-"""The fake GCE of tests/gce_fake.py through the real google-api-python-client (service
+"""The fake GCE of fakes/gce/server.py through the real google-api-python-client (service
 account credentials from the fake's key file, tokens from its token endpoint): the Compute,
 IAM and Resource Manager behaviour it models. No launcher code: these prove the
 infrastructure the GCE provider is tested with (tests/test_gce_fake_clients.py drives it
@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 from googleapiclient.errors import HttpError
 
-from tests.gce_fake import GceServer
-from tests.gce_fake_helpers import (
+from fakes.gce.helpers import (
     OTHER,
     ZONE,
     P,
@@ -32,6 +31,7 @@ from tests.gce_fake_helpers import (
     serve,
     wait,
 )
+from fakes.gce.server import GceServer
 
 
 @pytest.fixture(scope="module")

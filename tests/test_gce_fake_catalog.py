@@ -1,6 +1,6 @@
 """The fake GCE's catalog (zones, regions, machine types, accelerator and image lookups),
 its network and firewalls, IAM service accounts and policies and Resource Manager, through
-the real google-api-python-client (tests/gce_fake.py)."""
+the real google-api-python-client (fakes/gce/server.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from googleapiclient.errors import HttpError
 
-from tests.gce_fake import GceServer
-from tests.gce_fake_helpers import ZONE, P, error_of, fresh_server, get, insert, serve, wait
+from fakes.gce.helpers import ZONE, P, error_of, fresh_server, get, insert, serve, wait
+from fakes.gce.server import GceServer
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +199,7 @@ def test_conditional_bindings_need_version_3_and_are_enforced(server: GceServer)
     act on instances whose names the condition allows, and gets 403 elsewhere."""
     from google.oauth2.credentials import Credentials
 
-    from tests.gce_fake_authz import compile_condition
+    from fakes.gce.authz import compile_condition
 
     crm = server.client("cloudresourcemanager").projects()
     accounts = server.client("iam").projects().serviceAccounts()

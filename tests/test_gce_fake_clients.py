@@ -1,5 +1,5 @@
-"""The fake GCE's instances as SSH hosts (tests/gce_hosts.py), Ray's own GCP node provider
-and the real gcloud CLI against the fake (tests/gce_fake.py)."""
+"""The fake GCE's instances as SSH hosts (fakes/gce/hosts.py), Ray's own GCP node provider
+and the real gcloud CLI against the fake (fakes/gce/server.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from urllib.error import HTTPError as HttpError
 import paramiko
 import pytest
 
-from tests.gce_fake import GceServer
-from tests.gce_fake_helpers import ZONE, P, fresh_server, get, insert, serve, wait
-from tests.gce_hosts import GceHosts
+from fakes.gce.helpers import ZONE, P, fresh_server, get, insert, serve, wait
+from fakes.gce.hosts import GceHosts
+from fakes.gce.server import GceServer
 
 
 @pytest.fixture(scope="module")

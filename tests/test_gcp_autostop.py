@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from fakes.gce.server import PROJECT
+from fakes.hosts.ssh import isolation_unavailable, ray_start_commands
 from tests.cluster_helpers import wait_for
-from tests.gce_fake import PROJECT
 from tests.gcp_clusters import GcpCluster, running_gcp_cluster
-from tests.ssh_hosts import isolation_unavailable, ray_start_commands
 from tests.test_gcp_cluster import NODE
 
 pytestmark = pytest.mark.skipif(

@@ -1,6 +1,6 @@
-"""GCP clusters end to end: the launcher CLI against the fake GCE (tests/gce_fake.py), where
+"""GCP clusters end to end: the launcher CLI against the fake GCE (fakes/gce/server.py), where
 each RUNNING instance is a real SSH host on its 127.17.x.y address running real Ray
-(tests/gce_hosts.py). The autoscaler runs on the head from the wheel `up` installs there and
+(fakes/gce/hosts.py). The autoscaler runs on the head from the wheel `up` installs there and
 reaches the fake through the endpoint overrides and the instance's metadata server, as the
 head's service account would on GCE.
 """
@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from fakes.gce.server import PROJECT, Call
+from fakes.hosts.ssh import COUNT_NODES, isolation_unavailable, ray_start_commands
 from tests.cluster_helpers import wait_for
-from tests.gce_fake import PROJECT, Call
 from tests.gcp_clusters import GcpCluster, running_gcp_cluster
-from tests.ssh_hosts import COUNT_NODES, isolation_unavailable, ray_start_commands
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())

@@ -1,5 +1,5 @@
 """Every GCP example of Ray's (../shared/ray-example-configs/gcp/) comes up on the fake GCE
-(tests/gce_fake.py) with its node types exactly as written: machine types, disks and their
+(fakes/gce/server.py) with its node types exactly as written: machine types, disks and their
 images, accelerators, scheduling. Only what this machine needs changes, and the test fails
 if anything else would: the project, the SSH user (the test hosts log in as root), internal
 addresses, and the commands (Ray's examples download software from the internet, which no
@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
+from fakes.gce.hosts import GceHosts
+from fakes.gce.server import PROJECT, GceServer
+from fakes.hosts.ssh import isolation_unavailable
 from tests.cluster_helpers import run
 from tests.conftest import RAY_EXAMPLES
-from tests.gce_fake import PROJECT, GceServer
-from tests.gce_hosts import GceHosts
-from tests.ssh_hosts import isolation_unavailable
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())

@@ -3,7 +3,7 @@ rules remove (`ml.prod`, `ml_prod`, `ML-prod`) get their own service account, ne
 firewall rules and instance names; the head's account manages its own cluster's instances
 only (the fake GCE enforces the project's IAM policy, conditions included); `down --purge`
 of one leaves the others' alone; firewall rules follow the config; and the provider's
-inputs are checked at validate. Against tests/gce_fake.py, no SSH host, no Ray."""
+inputs are checked at validate. Against fakes/gce/server.py, no SSH host, no Ray."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from googleapiclient.errors import HttpError
 
+from fakes.gce.compute import Timings
+from fakes.gce.server import PROJECT, GceServer
 from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
 from launcher.errors import ConfigError
@@ -24,8 +26,6 @@ from launcher.providers.base import NodeKind
 from launcher.providers.gcp.instances import encode_value
 from launcher.providers.gcp.provider import GcpProvider
 from launcher.providers.gcp.spec import GcpSpec
-from tests.gce_fake import PROJECT, GceServer
-from tests.gce_fake_compute import Timings
 
 COLLIDING = ("ml.prod", "ML-prod", "ml_prod")
 ZONE = "us-west1-a"

@@ -1,5 +1,5 @@
 """A recovering run on GCP, end to end: `submit --recover --start --stop` against the fake GCE
-(tests/gce_fake.py), whose instances are real SSH hosts running real Ray (tests/gce_hosts.py).
+(fakes/gce/server.py), whose instances are real SSH hosts running real Ray (fakes/gce/hosts.py).
 Mid-run the head instance is deleted (`kill-random-node --head --hard`); the supervisor
 brings up a new head instance, keeps the worker instance (its Ray started again against the
 new head, no new machine), starts the driver again, which resumes from the run's storage,
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from fakes.gce.server import PROJECT
+from fakes.hosts.ssh import isolation_unavailable, ray_start_commands
 from tests.cluster_helpers import start, wait_for
-from tests.gce_fake import PROJECT
 from tests.gcp_clusters import GcpCluster, running_gcp_cluster
-from tests.ssh_hosts import isolation_unavailable, ray_start_commands
 from tests.test_gcp_cluster import NODE
 
 pytestmark = pytest.mark.skipif(

@@ -1,7 +1,7 @@
 """GCP clusters survive a launcher killed at any moment: seeded random runs kill `up` (and
 sometimes the `down` after it) with SIGKILL after a random delay, then require a second `up`
 to converge on one head and `down --purge` to leave no instance, firewall rule or service
-account. Against the fake GCE with instances as real SSH hosts (tests/gce_fake.py).
+account. Against the fake GCE with instances as real SSH hosts (fakes/gce/server.py).
 
 LAUNCHER_RELIABILITY_SEED and LAUNCHER_RELIABILITY_RUNS reproduce or widen the search.
 """
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from fakes.gce.hosts import GceHosts
+from fakes.gce.server import PROJECT, GceServer
+from fakes.hosts.ssh import isolation_unavailable
 from tests.cluster_helpers import killed_after, run
-from tests.gce_fake import PROJECT, GceServer
-from tests.gce_hosts import GceHosts
-from tests.ssh_hosts import isolation_unavailable
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())

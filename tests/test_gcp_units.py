@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fakes.gce.server import PROJECT, GceServer
 from launcher.config.loader import Overrides, parse_config
 from launcher.errors import ProviderError
 from launcher.providers.base import NodeKind, NodeState
@@ -24,7 +25,6 @@ from launcher.providers.gcp.instances import (
     to_node,
 )
 from launcher.providers.gcp.names import account_id, instance_name, network_tag
-from tests.gce_fake import PROJECT, GceServer
 
 LABEL = re.compile(r"^[a-z0-9_-]{0,63}$")
 

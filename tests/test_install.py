@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from fakes.hosts.ssh import isolated_hosts, make_key
 from launcher.cluster.install import VENV, PythonChoice, install_on_head
 from launcher.config.model import AuthConfig
 from launcher.errors import LauncherError
 from launcher.providers.ssh_access import SSHAccess
-from tests.ssh_hosts import isolated_hosts, make_key
 
 HOST_IP = "127.0.6.90"
 FOUND = PythonChoice()  # found: the login PATH has the test venv (`ray`, `python3`)

@@ -1,5 +1,5 @@
 """Kubernetes clusters end to end: the launcher CLI against the fake API server
-(tests/kube_fake/server.py) whose kubelet (tests/kube_fake/kubelet.py) runs each pod as a real
+(fakes/kube/server.py) whose kubelet (fakes/kube/kubelet.py) runs each pod as a real
 process tree with its own 127.18.x.y address, running real Ray. Commands reach the pods
 through the exec API; the autoscaler runs in the head pod with the head's service account
 (in-cluster config against the fake), as it would on a real cluster.
@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 import yaml
 
+from fakes.hosts.ssh import COUNT_NODES, isolation_unavailable, ray_start_commands
+from fakes.kube.kubelet import FakeKubelet
+from fakes.kube.server import KubeServer
 from tests.cluster_helpers import on_terminal, run, start, wait_for
-from tests.kube_fake.kubelet import FakeKubelet
-from tests.kube_fake.server import KubeServer
-from tests.ssh_hosts import COUNT_NODES, isolation_unavailable, ray_start_commands
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())

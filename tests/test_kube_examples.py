@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 import yaml
 
+from fakes.hosts.ssh import isolation_unavailable
+from fakes.kube.kubelet import FakeKubelet
+from fakes.kube.scheduler import NodeSpec
+from fakes.kube.server import KubeServer
 from tests.cluster_helpers import run, wait_for
-from tests.kube_fake.kubelet import FakeKubelet
-from tests.kube_fake.scheduler import NodeSpec
-from tests.kube_fake.server import KubeServer
-from tests.ssh_hosts import isolation_unavailable
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())

@@ -1,5 +1,5 @@
 """KubeExecRunner (launcher/runners/kube_exec.py) against the fake Kubernetes API server and
-its kubelet (tests/kube_fake): pods are real process trees, reached only through the
+its kubelet (fakes/kube): pods are real process trees, reached only through the
 official client's exec and port-forward calls. Commands (exit codes, environment, output,
 timeouts, dropped connections, a terminal), copies (rsync's tree, modes, symlinks,
 excludes, 20 MB), readiness and port forwarding.
@@ -36,9 +36,9 @@ kubernetes = pytest.importorskip("kubernetes")
 from kubernetes import client as kube_client  # noqa: E402
 from kubernetes.config import new_client_from_config  # noqa: E402
 
-from tests.kube_fake.kubelet import FakeKubelet  # noqa: E402
-from tests.kube_fake.scheduler import NodeSpec  # noqa: E402
-from tests.kube_fake.server import KubeServer  # noqa: E402
+from fakes.kube.kubelet import FakeKubelet  # noqa: E402
+from fakes.kube.scheduler import NodeSpec  # noqa: E402
+from fakes.kube.server import KubeServer  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("nsenter") is None,

@@ -1,4 +1,4 @@
-"""The fake Kubernetes API server (tests/kube_fake/server.py) against the official Python
+"""The fake Kubernetes API server (fakes/kube/server.py) against the official Python
 client and the real kubectl: CRUD, selectors, patches, watches, errors, scheduling,
 deletion, in-cluster configuration, faults and the call log."""
 
@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.kube_fake import patches, quantity
-from tests.kube_fake.errors import ApiError
-from tests.kube_fake.kubeconfig import KubeContext
-from tests.kube_fake.kubelet_api import Pod, PodStatusSink
-from tests.kube_fake.scheduler import NodeSpec
-from tests.kube_fake.selectors import parse_fields, parse_labels
-from tests.kube_fake.server import KubeServer
+from fakes.kube import patches, quantity
+from fakes.kube.errors import ApiError
+from fakes.kube.kubeconfig import KubeContext
+from fakes.kube.kubelet_api import Pod, PodStatusSink
+from fakes.kube.scheduler import NodeSpec
+from fakes.kube.selectors import parse_fields, parse_labels
+from fakes.kube.server import KubeServer
 
 kubernetes = pytest.importorskip("kubernetes")
 from kubernetes import client, watch  # noqa: E402

@@ -1,7 +1,7 @@
-"""kubectl 1.32 against the fake Kubernetes API server (tests/kube_fake/server.py): create,
+"""kubectl 1.32 against the fake Kubernetes API server (fakes/kube/server.py): create,
 apply, label, patch, get with selectors, delete, the imperative `kubectl create` of the kinds
 kubectl posts as protobuf, contexts and error messages; and, as root, pods run by the fake
-kubelet (tests/kube_fake/kubelet.py) through the server: exec, logs, in-cluster config."""
+kubelet (fakes/kube/kubelet.py) through the server: exec, logs, in-cluster config."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.kube_fake.kubeconfig import KubeContext
-from tests.kube_fake.scheduler import NodeSpec
-from tests.kube_fake.server import KubeServer
+from fakes.kube.kubeconfig import KubeContext
+from fakes.kube.scheduler import NodeSpec
+from fakes.kube.server import KubeServer
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
@@ -191,7 +191,7 @@ def _can_run_pods() -> bool:
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KubeServer, Path]]:
     if not _can_run_pods():
         pytest.skip("the fake kubelet needs root (PID and mount namespaces) and nsenter")
-    from tests.kube_fake.kubelet import FakeKubelet
+    from fakes.kube.kubelet import FakeKubelet
 
     with KubeServer(kubelet=lambda s: FakeKubelet(**s.kubelet_options())) as srv:
         yield srv, srv.write_kubeconfig(tmp_path_factory.mktemp("live") / "config")

@@ -1,7 +1,7 @@
 """Kubernetes clusters whose names differ only in what Kubernetes names cannot hold
 (`ml.prod`, `ml_prod`, `ML-prod`) never share an object, and `down --purge` of one leaves the
 others whole; names `plan` prints are the names `up` creates; a namespace that cannot be one
-is refused by `validate`. Against the fake API server (tests/kube_fake/), without Ray."""
+is refused by `validate`. Against the fake API server (fakes/kube/), without Ray."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from fakes.kube.server import KubeServer
 from launcher.config.loader import Overrides, parse_config
 from launcher.errors import UsageError
 from launcher.naming import KUBE_NAME
@@ -22,7 +23,6 @@ from launcher.providers.kubernetes.objects import CREATED_BY, SHARED_NAME, USED_
 from launcher.providers.kubernetes.provider import KubernetesProvider
 from launcher.providers.kubernetes.spec import KubernetesSpec
 from tests.conftest import run_cli
-from tests.kube_fake.server import KubeServer
 
 RBAC = "rbac.authorization.k8s.io"
 OBJECTS = (("serviceaccounts", ""), ("roles", RBAC), ("rolebindings", RBAC))

@@ -1,4 +1,4 @@
-"""The fake kubelet (tests/kube_fake/kubelet.py) on its own: pods as real process trees,
+"""The fake kubelet (fakes/kube/kubelet.py) on its own: pods as real process trees,
 driven through the official `kubernetes` client's exec, port-forward and log calls against
 a stub API server (a few routes that hand one pod to the kubelet).
 
@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 from aiohttp import ClientSession, WSMsgType, web
 
-from tests.kube_fake.kubelet import FakeKubelet
-from tests.kube_fake.kubelet_api import Pod
-from tests.kube_fake.pod_runtime import PODS_DIR
+from fakes.kube.kubelet import FakeKubelet
+from fakes.kube.kubelet_api import Pod
+from fakes.kube.pod_runtime import PODS_DIR
 
 kubernetes = pytest.importorskip("kubernetes")
 from kubernetes.client import ApiClient, Configuration, CoreV1Api  # noqa: E402
@@ -676,7 +676,7 @@ def test_close_removes_pods(tmp_path: Path) -> None:
 CRASHER = """
 import sys, time
 sys.path.insert(0, {repo!r})
-from tests.kube_fake.kubelet import FakeKubelet
+from fakes.kube.kubelet import FakeKubelet
 class Sink:
     def update_status(self, namespace, name, status):
         if status["phase"] == "Running":
@@ -730,9 +730,9 @@ def _sleepers(args: str) -> list[int]:
 
 
 def test_through_the_fake_api_server(tmp_path: Path) -> None:
-    """The kubelet behind tests/kube_fake/server.py (HTTPS, tokens, the scheduler): the
+    """The kubelet behind fakes/kube/server.py (HTTPS, tokens, the scheduler): the
     Python client's exec and port-forward, kubectl cp, and a deleted pod's processes gone."""
-    from tests.kube_fake.server import KubeServer
+    from fakes.kube.server import KubeServer
 
     with KubeServer(kubelet=lambda s: FakeKubelet(**s.kubelet_options())) as server:
         config = Configuration(host=server.url)

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from fakes.kube.kubeconfig import KubeContext
+from fakes.kube.server import KubeServer
 from launcher.autoscaler.daemon import Daemon
 from launcher.config.loader import Overrides, parse_config
 from launcher.errors import CapacityError, ProviderError, UsageError
 from launcher.providers.base import TAG_STANDS_IN_FOR, NodeKind, NodeState
 from launcher.providers.factory import make_provider
 from launcher.providers.kubernetes.provider import KubernetesProvider
-from tests.kube_fake.kubeconfig import KubeContext
-from tests.kube_fake.server import KubeServer
 
 
 def pod(cpu: str) -> str:

@@ -1,5 +1,5 @@
 """A recovering run on Kubernetes, end to end: `submit --recover --start --stop` against the
-fake API server (tests/kube_fake/) whose kubelet runs each pod as a real process tree with
+fake API server (fakes/kube/) whose kubelet runs each pod as a real process tree with
 real Ray; the head pod deleted mid-run (`kill-random-node --head --hard`, through the API:
 the pod and its processes go). The supervisor brings up a new head pod, keeps the worker
 pod (the same pod: its Ray is started again against the new head over the exec API, no new
@@ -24,14 +24,14 @@ from pathlib import Path
 
 import pytest
 
+from fakes.hosts.ssh import isolation_unavailable
+from fakes.kube.kubelet import FakeKubelet
+from fakes.kube.server import KubeServer
 from launcher.config.loader import Overrides, parse_config
 from launcher.providers.base import NodeKind
 from launcher.providers.factory import make_provider
 from launcher.runners.kube_exec import KubeExecRunner
 from tests.cluster_helpers import run, start, wait_for
-from tests.kube_fake.kubelet import FakeKubelet
-from tests.kube_fake.server import KubeServer
-from tests.ssh_hosts import isolation_unavailable
 
 needs_isolation = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())
@@ -47,7 +47,7 @@ POD = (
     "resources: {requests: {cpu: 100m}}}]}}"
 )
 # Each Ray node names its own address and agent port: the pods share this machine's
-# network (tests/ssh_hosts.py ray_start_commands, with no CPU on the head: the steps run
+# network (fakes/hosts/ssh.py ray_start_commands, with no CPU on the head: the steps run
 # on the worker).
 RAY_OPTIONS = (
     "--node-ip-address=$LAUNCHER_NODE_IP --object-store-memory=100000000 "

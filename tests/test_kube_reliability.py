@@ -2,7 +2,7 @@
 (and sometimes the `down` after it) with SIGKILL after a random delay, then require a second
 `up` to converge on one head pod with its worker and `down --purge` to leave no pod, service,
 ServiceAccount, Role or RoleBinding. Against the fake API server whose kubelet runs pods as
-real processes (tests/kube_fake/), with the autoscaler in the head pod launching the worker
+real processes (fakes/kube/), with the autoscaler in the head pod launching the worker
 (so `down` races with it).
 
 LAUNCHER_RELIABILITY_SEED and LAUNCHER_RELIABILITY_RUNS reproduce or widen the search.
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from fakes.hosts.ssh import isolation_unavailable
+from fakes.kube.kubelet import FakeKubelet
+from fakes.kube.server import KubeServer
 from launcher.providers.kubernetes.names import autoscaler_name
 from tests.cluster_helpers import killed_after, run, wait_for
-from tests.kube_fake.kubelet import FakeKubelet
-from tests.kube_fake.server import KubeServer
-from tests.ssh_hosts import isolation_unavailable
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())

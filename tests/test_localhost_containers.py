@@ -2,7 +2,7 @@
 on this machine (`--net=host`, named after its node), with real Ray inside; the autoscaler
 runs on this machine's host, as it does without containers.
 
-The image is a tiny rootfs built here (tests/podman_hosts.py: no registry is reachable);
+The image is a tiny rootfs built here (fakes/hosts/podman.py: no registry is reachable);
 the software comes from this machine, mounted read-only by the test's containers.conf, in
 a podman store of the test's own."""
 
@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster_helpers import LAUNCHER
-from tests.podman_hosts import (
+from fakes.hosts.podman import (
     PODMAN,
     image_tar,
     import_args,
     podman_unavailable,
     write_engine_config,
 )
+from tests.cluster_helpers import LAUNCHER
 
 IMAGE = "localhost/launcher-test/ray:1"
 CONFIG = f"""

@@ -1,6 +1,6 @@
 """On-prem clusters (`provider: type: local`) end to end, over real SSH, with real Ray.
 
-Each machine is an isolated test host (tests/ssh_hosts.py): its own sshd on 127.0.6.x,
+Each machine is an isolated test host (fakes/hosts/ssh.py): its own sshd on 127.0.6.x,
 its own processes, home and /tmp. The launcher is run as a user runs it (the CLI in a
 subprocess); the autoscaler runs on the head from the wheel `up` installs there.
 """
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from fakes.hosts.ssh import COUNT_NODES, IsolatedHost, isolated_hosts, make_key, ray_start_commands
 from launcher.cluster.lifecycle import UpOptions, up
 from launcher.config.loader import Overrides
 from launcher.errors import ProviderError
 from tests.cluster_helpers import on_terminal, run
-from tests.ssh_hosts import COUNT_NODES, IsolatedHost, isolated_hosts, make_key, ray_start_commands
 
 pytestmark = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")
 

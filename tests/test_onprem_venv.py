@@ -2,7 +2,7 @@
 usual way to pin Ray): the launcher finds that Python for its autoscaler on the head, and
 `down` stops that Ray and checks that none of it is left.
 
-The hosts are isolated test machines (tests/ssh_hosts.py) whose login shell has no Ray:
+The hosts are isolated test machines (fakes/hosts/ssh.py) whose login shell has no Ray:
 their PATH is /etc/profile's, where `python3` is Debian's and there is no `ray`. The
 virtualenv is the test's own (bound into each host at the same path), named by path in the
 start commands, as `/opt/venv/bin/ray` would be.
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from fakes.hosts.ssh import IsolatedHost, isolated_hosts, make_key
 from tests.cluster_helpers import run
-from tests.ssh_hosts import IsolatedHost, isolated_hosts, make_key
 
 pytestmark = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")
 

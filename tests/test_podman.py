@@ -1,6 +1,6 @@
-"""The `docker:` flow against real podman: isolated sshd hosts (tests/ssh_hosts.py), each with
+"""The `docker:` flow against real podman: isolated sshd hosts (fakes/hosts/ssh.py), each with
 podman and a store of its own, images pulled from a real registry on a loopback address, and
-real Ray in the containers (tests/podman_hosts.py says how images, registry and stores work).
+real Ray in the containers (fakes/hosts/podman.py says how images, registry and stores work).
 
 Ray's on-prem example config (local/example-full.yaml) brings up a head and two workers on
 three hosts, changed only where this test needs it: addresses, `use_podman: true`, its
@@ -26,9 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.runners.container import ContainerSpec, HostFacts, run_command
-from tests.cluster_helpers import on_terminal, run
-from tests.podman_hosts import (
+from fakes.hosts.podman import (
     NOFILE_MAX,
     NPROC_MAX,
     Machine,
@@ -37,7 +35,9 @@ from tests.podman_hosts import (
     registry,
     skip_without_podman,
 )
-from tests.ssh_hosts import COUNT_NODES, _alive, _identity, isolated_hosts, make_key
+from fakes.hosts.ssh import COUNT_NODES, _alive, _identity, isolated_hosts, make_key
+from launcher.runners.container import ContainerSpec, HostFacts, run_command
+from tests.cluster_helpers import on_terminal, run
 from tests.test_containers import example_full, ssh_agent
 
 HEAD_IP, WORKER_IPS = "127.0.7.1", ["127.0.7.2", "127.0.7.3"]

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from fakes.hosts.ssh import SSHHost, authorize, clean_home, ensure_user, make_key, user_home
 from launcher.errors import ProviderError
 from launcher.providers.onprem.claims import FileRecords, Records, RemoteRecords
 from launcher.runners.known_hosts import KnownHosts
 from launcher.runners.ssh import SSHRunner, SSHTarget
-from tests.ssh_hosts import SSHHost, authorize, clean_home, ensure_user, make_key, user_home
 
 HEAD_IP = "127.0.10.2"
 CLUSTER = "records-test"

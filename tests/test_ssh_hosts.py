@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from fakes.hosts.ssh import IsolatedHost, isolated_hosts, make_key
 from launcher.runners.known_hosts import KnownHosts
 from launcher.runners.ssh import SSHRunner, SSHTarget
-from tests.ssh_hosts import IsolatedHost, isolated_hosts, make_key
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes.hosts.ssh import SSHHost, authorize, clean_home, ensure_user, make_key, user_home
 from launcher.errors import HostKeyError
 from launcher.runners.copy import (
     SFTP_MAX_BYTES,
@@ -23,7 +24,6 @@ from launcher.runners.copy import (
 from launcher.runners.filters import filter_excludes
 from launcher.runners.known_hosts import KnownHosts
 from launcher.runners.ssh import SSHRunner, SSHTarget
-from tests.ssh_hosts import SSHHost, authorize, clean_home, ensure_user, make_key, user_home
 
 pytestmark = pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")
 

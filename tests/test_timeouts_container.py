@@ -1,7 +1,7 @@
 """A timed-out command in a node's container is stopped in the container too: stopping the
 `podman exec` that runs it (what the host's runner kills) leaves it running there.
 
-Real podman on this machine, with the tiny test image of tests/podman_hosts.py (its
+Real podman on this machine, with the tiny test image of fakes/hosts/podman.py (its
 store and configuration the test's own, as in tests/test_localhost_containers.py)."""
 
 from __future__ import annotations

@@ -17,17 +17,17 @@ from typing import Protocol
 
 import pytest
 
+from fakes.aws.server import LoopbackVpc, MotoServer, loopback_vpc
+from fakes.gce.server import PROJECT, GceServer
+from fakes.hosts.ssh import IsolatedHost, isolated_hosts, make_key
+from fakes.kube import resources as kube_resources
+from fakes.kube.server import KubeServer
 from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
 from launcher.paths import cluster_dir
 from launcher.providers.base import NodeKind, NodeProvider
 from launcher.providers.factory import make_provider
 from launcher.providers.registry import provider_spec
-from tests.aws_fake import LoopbackVpc, MotoServer, loopback_vpc
-from tests.gce_fake import PROJECT, GceServer
-from tests.kube_fake import resources as kube_resources
-from tests.kube_fake.server import KubeServer
-from tests.ssh_hosts import IsolatedHost, isolated_hosts, make_key
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ class AwsHarness:
 
 
 class GcpHarness:
-    """The fake GCE (tests/gce_fake.py): two zones of us-west1, stopped workers kept."""
+    """The fake GCE (fakes/gce/server.py): two zones of us-west1, stopped workers kept."""
 
     name = "gcp"
     types = Types("head", "worker")
@@ -256,7 +256,7 @@ class GcpHarness:
 
 
 class KubernetesHarness:
-    """The fake API server (tests/kube_fake/server.py) with its stand-in kubelet (pods are
+    """The fake API server (fakes/kube/server.py) with its stand-in kubelet (pods are
     marked Running; nothing runs in them: the contract is about the API), three 4-cpu
     nodes, and the namespace `ray`. A `scarce` pod asks for more CPU than any node has."""
 

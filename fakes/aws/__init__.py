@@ -1,0 +1,1 @@
+"""See fakes/__init__.py."""

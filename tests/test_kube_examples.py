@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(
 EXAMPLES = Path(__file__).parent.parent.parent / "shared/ray-example-configs/kubernetes"
 NAMES = ("example-minimal.yaml", "example-full.yaml", "legacy/example-minimal.yaml",
          "legacy/example-full.yaml")  # fmt: skip
-DEFAULTS = Path(__file__).parent.parent / "launcher/config/defaults/kubernetes.yaml"
+DEFAULTS = Path(__file__).parent.parent / "launcher/providers/kubernetes/defaults.yaml"
 COMMANDS = ("setup_commands", "head_setup_commands", "worker_setup_commands")
 START = ("head_start_ray_commands", "worker_start_ray_commands")
 

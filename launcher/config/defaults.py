@@ -1,30 +1,15 @@
-"""Provider defaults: read from the package, merged under the user's config."""
+"""Provider defaults (each provider's `defaults.yaml`, read by its spec), merged under the
+user's config."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from functools import cache
-from importlib import resources
 from typing import Any
-
-import yaml
 
 # Keys whose mappings merge key by key (the user's keys win); every other key is
 # taken whole from the user when present.
 _MERGED_SECTIONS = ("provider", "auth")
-
-
-@cache
-def _read_defaults(name: str) -> Mapping[str, Any]:
-    text = resources.files(__package__).joinpath("defaults", f"{name}.yaml").read_text()
-    data: Mapping[str, Any] = yaml.safe_load(text)
-    return data
-
-
-def provider_defaults(name: str) -> dict[str, Any]:
-    """A fresh copy of the defaults for one provider."""
-    return copy.deepcopy(dict(_read_defaults(name)))
 
 
 def merge_defaults(raw: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from launcher.config.build import build_config
 from launcher.config.checks import check_config, non_finite_problems
-from launcher.config.defaults import merge_defaults, provider_defaults
+from launcher.config.defaults import merge_defaults
 from launcher.config.legacy import Aliases, convert_legacy
 from launcher.config.model import ClusterConfig
 from launcher.config.problems import Problem, YamlPath, describe_value, did_you_mean
@@ -199,7 +199,7 @@ def _prepare(
         # Still convert the older format, so its keys are not reported as unknown.
         aliases, more = convert_legacy(raw, {})
         return raw, None, aliases, problems + more
-    defaults = provider_defaults(spec.defaults_name)
+    defaults = spec.defaults()
     problems += spec.prepare(raw)
     aliases, more = convert_legacy(raw, defaults)
     problems += more
@@ -308,7 +308,7 @@ def _validate(merged: dict[str, Any], spec: ProviderSpec | None) -> list[Problem
     ]
     if spec is None:
         return problems
-    name = f"providers/{spec.schema_name}"
+    name = spec.schema_name
     problems += schema_problems(provider, name, ("provider",), "provider")
     problems += typo_problems(provider, name, ("provider",), "provider")
     types = merged.get("available_node_types")

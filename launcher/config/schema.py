@@ -6,6 +6,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,13 @@ def schema_dir() -> Path:
 
 @cache
 def load_schema(name: str) -> Mapping[str, Any]:
-    """`cluster` or `providers/<type>`; read once, never changed."""
-    result: Mapping[str, Any] = json.loads((schema_dir() / f"{name}.schema.json").read_text())
+    """`cluster`, or a provider's `package:file` (its spec's `schema_name`); read once."""
+    package, _, file = name.rpartition(":")
+    if package:
+        text = resources.files(package).joinpath(file).read_text()
+    else:
+        text = (schema_dir() / f"{name}.schema.json").read_text()
+    result: Mapping[str, Any] = json.loads(text)
     return result
 
 

@@ -21,12 +21,8 @@ def price_table_label(prices: PriceTable) -> str:
 
 
 def region_of(config: ClusterConfig) -> str:
-    provider = config.provider
-    for key in ("region", "namespace", "head_ip"):
-        value = getattr(provider, key, None) or provider.extra.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return "this machine" if provider.type == "localhost" else ""
+    spec = SPECS.get(config.provider.type)
+    return spec.region_label(config) if spec else ""
 
 
 def seen_of(config: ClusterConfig, nodes: Sequence[Node], prices: PriceTable) -> list[Seen]:

@@ -1,17 +1,15 @@
-"""A small dated table of instance sizes and hourly prices, for estimates in `plan`.
+"""Dated tables of instance sizes and hourly prices, for estimates in `plan`.
 
-Prices are indicative list prices in one reference region per provider; the table says
-when it was compiled and where its figures come from, and everything shown from it carries
-that date.
+Each cloud provider ships its table in its own package (its spec's `price_file`): indicative
+list prices in one reference region, with when it was compiled and where its figures come
+from; everything shown from it carries that date.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 
@@ -69,22 +67,29 @@ def _machine(name: str, row: Mapping[str, Any]) -> MachineInfo:
 
 @lru_cache(maxsize=1)
 def load_prices() -> PriceTable:
-    """The table shipped with the package (read once; it never changes at run time)."""
-    raw = json.loads(resources.files(__package__).joinpath("prices.json").read_text())
-    aws, gcp = raw["aws"], raw["gcp"]
+    """The price tables the providers ship in their packages (each spec's `price_file`),
+    read once (they never change at run time). The table's date is its oldest one's."""
+    from launcher.providers.registry import SPECS  # the registry's specs import this module
+
+    tables: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    for spec in SPECS.values():
+        rows = spec.price_rows()
+        if rows is not None and spec.package not in {t[0] for t in tables.values()}:
+            tables[spec.type] = (spec.package, rows)
     return PriceTable(
-        as_of=raw["as_of"],
-        note=raw["note"],
-        source=raw["source"],
-        reference_regions={"aws": aws["reference_region"], "gcp": gcp["reference_region"]},
+        as_of=min((rows["as_of"] for _, rows in tables.values()), default=""),
+        note=" ".join(dict.fromkeys(rows["note"] for _, rows in tables.values())),
+        source=" ".join(rows["source"] for _, rows in tables.values()),
+        reference_regions={t: rows["reference_region"] for t, (_, rows) in tables.items()},
         machines={
-            "aws": {k: _machine(k, v) for k, v in aws["instance_types"].items()},
-            "gcp": {k: _machine(k, v) for k, v in gcp["machine_types"].items()},
+            t: {k: _machine(k, v) for k, v in rows["machines"].items()}
+            for t, (_, rows) in tables.items()
         },
         accelerators={
-            "gcp": {
+            t: {
                 k: HourlyPrice(float(v["on_demand"]), v.get("spot"))
-                for k, v in gcp["accelerators"].items()
+                for k, v in rows.get("accelerators", {}).items()
             }
+            for t, (_, rows) in tables.items()
         },
     )

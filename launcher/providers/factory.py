@@ -3,41 +3,26 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
 from pathlib import Path
-from types import MappingProxyType
 
 from launcher.config.model import ClusterConfig
 from launcher.errors import UsageError
 from launcher.providers.base import NodeProvider
 from launcher.providers.registry import SPECS
 
-# Where each provider's NodeProvider lives; imported only when a cluster is used.
-_IMPLEMENTATIONS: Mapping[str, str] = MappingProxyType(
-    {
-        "localhost": "launcher.providers.localhost.provider:LocalhostProvider",
-        "fake_multinode": "launcher.providers.localhost.provider:LocalhostProvider",
-        "local": "launcher.providers.onprem.provider:OnPremProvider",
-        "aws": "launcher.providers.aws.provider:AwsProvider",
-        "gcp": "launcher.providers.gcp.provider:GcpProvider",
-        "kubernetes": "launcher.providers.kubernetes.provider:KubernetesProvider",
-    }
-)
-
 
 def make_provider(config: ClusterConfig, on_head: bool = False) -> NodeProvider:
     """The NodeProvider for `config`, importing its SDK only now, with an install hint.
     `on_head`: for the autoscaler running on the head node."""
     kind = config.provider.type
-    target = _IMPLEMENTATIONS.get(kind)
-    if target is None:
+    spec = SPECS.get(kind)
+    if spec is None or not spec.implementation:
+        runs = ", ".join(f"`{name}`" for name, s in SPECS.items() if s.implementation)
         raise UsageError(
             f"the {kind} provider cannot run clusters yet; `launcher validate` and "
-            "`launcher plan` work for it, and `up` works with `provider: type: localhost`, "
-            "`local`, `aws`, `gcp` or `kubernetes`"
+            f"`launcher plan` work for it, and `up` works with `provider: type:` {runs}"
         )
-    spec = SPECS[kind]
-    module_name, _, class_name = target.partition(":")
+    module_name, _, class_name = spec.implementation.partition(":")
     try:
         if spec.sdk_module:
             importlib.import_module(spec.sdk_module)

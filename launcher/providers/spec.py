@@ -7,9 +7,15 @@ create and what a node costs. Shared code asks the spec; it never asks "is this 
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from typing import Any
+
+import yaml
 
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
 from launcher.config.problems import Problem, Severity
@@ -58,17 +64,50 @@ class ControllerCredentials:
 
 
 class ProviderSpec:
-    """Base spec; providers override what applies to them."""
+    """Base spec; providers override what applies to them.
+
+    A provider is one package under launcher/providers/ holding its spec (`spec.py`), its
+    NodeProvider (`implementation`), and beside them the files the spec reads from its own
+    package: `schema.json` (the `provider` and `node_config` sections), `defaults.yaml`
+    (merged under the user's config) and, where it has a price table, `price_file`.
+    """
 
     type: str = ""
     title: str = ""
-    schema_name: str = ""
-    defaults_name: str = ""
+    # Where the NodeProvider lives, `module:Class`; imported only when a cluster is used.
+    implementation: str = ""
     install_extra: str | None = None
     sdk_module: str | None = None
+    # The dated price table in the spec's package (`prices.json`), None where nodes have
+    # no list price (this machine, on-prem, Kubernetes).
+    price_file: str | None = None
     # What a controller of this provider's recovering runs is given; None: such a cluster
     # cannot be supervised from another machine (its nodes are this machine's processes).
     controller_credentials: ControllerCredentials | None = None
+
+    @property
+    def package(self) -> str:
+        """The provider's package (where its schema, defaults and prices are)."""
+        return type(self).__module__.rpartition(".")[0]
+
+    @property
+    def schema_name(self) -> str:
+        """The name `launcher.config.schema.load_schema` reads the provider's schema by."""
+        return f"{self.package}:schema.json"
+
+    def defaults(self) -> dict[str, Any]:
+        """A fresh copy of the provider's defaults (its package's `defaults.yaml`)."""
+        return copy.deepcopy(dict(_package_yaml(self.package, "defaults.yaml")))
+
+    def price_rows(self) -> Mapping[str, Any] | None:
+        """The provider's price table as written in its package (`price_file`), if any."""
+        if self.price_file is None:
+            return None
+        return _package_json(self.package, self.price_file)
+
+    def region_label(self, config: ClusterConfig) -> str:
+        """Where the cluster runs, for records and `list` (a region, a namespace, a host)."""
+        return ""
 
     def prepare(self, raw: dict[str, Any]) -> list[Problem]:
         """Adjust the user's config before legacy conversion and defaults; may edit `raw`."""
@@ -104,6 +143,18 @@ class ProviderSpec:
         self, config: ClusterConfig, node_type: NodeType, prices: PriceTable
     ) -> NodeOffer:
         return NodeOffer(description=node_type.name, spot=False, price=None, billed=False)
+
+
+@cache
+def _package_yaml(package: str, name: str) -> Mapping[str, Any]:
+    data: Mapping[str, Any] = yaml.safe_load(resources.files(package).joinpath(name).read_text())
+    return data
+
+
+@cache
+def _package_json(package: str, name: str) -> Mapping[str, Any]:
+    data: Mapping[str, Any] = json.loads(resources.files(package).joinpath(name).read_text())
+    return data
 
 
 def string_list(value: object) -> tuple[str, ...]:

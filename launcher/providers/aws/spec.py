@@ -107,8 +107,9 @@ def passed_profiles(config: ClusterConfig) -> dict[str, str]:
 
 class AwsSpec(ProviderSpec):
     type = "aws"
+    implementation = "launcher.providers.aws.provider:AwsProvider"
+    price_file = "prices.json"
     title = "aws"
-    schema_name = "aws"
     controller_credentials = ControllerCredentials(
         variables=(
             "AWS_ACCESS_KEY_ID",
@@ -127,9 +128,12 @@ class AwsSpec(ProviderSpec):
             CredentialFile("AWS_CA_BUNDLE"),
         ),
     )
-    defaults_name = "aws"
     install_extra = "aws"
     sdk_module = "boto3"
+
+    def region_label(self, config: ClusterConfig) -> str:
+        provider = config.provider
+        return provider.region if isinstance(provider, AwsProviderConfig) else ""
 
     def prepare(self, raw: dict[str, Any]) -> list[Problem]:
         return region_default_warning(raw, "us-west-2")

@@ -122,8 +122,9 @@ def accelerators(node_config: Mapping[str, Any]) -> list[tuple[str, int]]:
 
 class GcpSpec(ProviderSpec):
     type = "gcp"
+    implementation = "launcher.providers.gcp.provider:GcpProvider"
+    price_file = "prices.json"
     title = "gcp"
-    schema_name = "gcp"
     controller_credentials = ControllerCredentials(
         variables=("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"),
         prefixes=("CLOUDSDK_API_ENDPOINT_OVERRIDES_",),
@@ -134,9 +135,12 @@ class GcpSpec(ProviderSpec):
             ),
         ),
     )
-    defaults_name = "gcp"
     install_extra = "gcp"
     sdk_module = "googleapiclient"
+
+    def region_label(self, config: ClusterConfig) -> str:
+        provider = config.provider
+        return provider.region if isinstance(provider, GcpProviderConfig) else ""
 
     def prepare(self, raw: dict[str, Any]) -> list[Problem]:
         return region_default_warning(raw, "us-west1")

@@ -136,14 +136,17 @@ def _generate_name(node_config: Mapping[str, Any]) -> str | None:
 
 class KubernetesSpec(ProviderSpec):
     type = "kubernetes"
+    implementation = "launcher.providers.kubernetes.provider:KubernetesProvider"
     title = "kubernetes"
-    schema_name = "kubernetes"
     controller_credentials = ControllerCredentials(
         files=(CredentialFile("KUBECONFIG", (".kube/config",)),)
     )
-    defaults_name = "kubernetes"
     install_extra = "kubernetes"
     sdk_module = "kubernetes"
+
+    def region_label(self, config: ClusterConfig) -> str:
+        provider = config.provider
+        return provider.namespace if isinstance(provider, KubernetesProviderConfig) else ""
 
     def check(self, merged: Mapping[str, Any]) -> list[Problem]:
         # The cluster's pods are found by a label holding its exact name.

@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.config.defaults import provider_defaults
 from launcher.config.frozen import freeze
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
 from launcher.config.problems import Problem, Severity
@@ -56,16 +55,18 @@ _COMMAND_KEYS = (
 
 class LocalhostSpec(ProviderSpec):
     type = "localhost"
+    implementation = "launcher.providers.localhost.provider:LocalhostProvider"
     title = "localhost"
-    schema_name = "localhost"
-    defaults_name = "localhost"
     install_extra = "ray"
     sdk_module = "ray"
+
+    def region_label(self, config: ClusterConfig) -> str:
+        return "this machine"
 
     def complete(self, merged: dict[str, Any]) -> list[Problem]:
         """Ray's fake_multinode configs leave the start commands empty (Ray starts its fake
         nodes itself); here real nodes need them, so the provider's own are used."""
-        defaults = provider_defaults(self.defaults_name)
+        defaults = self.defaults()
         problems = []
         for key in _START_KEYS:
             if merged.get(key) == []:

@@ -66,10 +66,15 @@ def _worker_ips(raw: Mapping[str, Any]) -> list[str] | None:
 
 class OnPremSpec(ProviderSpec):
     type = "local"
+    implementation = "launcher.providers.onprem.provider:OnPremProvider"
     title = "local (on-prem)"
-    schema_name = "local"
     controller_credentials = ControllerCredentials()  # SSH keys only, which go anyway
-    defaults_name = "local"
+
+    def region_label(self, config: ClusterConfig) -> str:
+        provider = config.provider
+        if isinstance(provider, OnPremProviderConfig):
+            return provider.head_ip or ""
+        return ""
 
     def prepare(self, raw: dict[str, Any]) -> list[Problem]:
         problems = []

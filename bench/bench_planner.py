@@ -34,7 +34,7 @@ from itertools import pairwise
 from multiprocessing.connection import Connection
 from typing import Any
 
-from launcher.autoscaler.planner import Gang, NodeView, Settings, Snapshot, TypeInfo, plan
+from launcher.autoscaler.decide.planner import Gang, NodeView, Settings, Snapshot, TypeInfo, plan
 
 SEED = 20261122
 MAX_WORKERS = 10_000  # per type and in total: nobody is capped

@@ -26,9 +26,9 @@ from bench_planner import (
     progress,
 )
 
-from launcher.autoscaler.packing import Shape, fits, shape_of
-from launcher.autoscaler.plan_bound import lower_bound, shape_bound, shortfall
-from launcher.autoscaler.planner import plan
+from launcher.autoscaler.decide.packing import Shape, fits, shape_of
+from launcher.autoscaler.decide.plan_bound import lower_bound, shape_bound, shortfall
+from launcher.autoscaler.decide.planner import plan
 from launcher.pricing import load_prices
 
 try:

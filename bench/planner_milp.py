@@ -66,8 +66,8 @@ from typing import TYPE_CHECKING, Any
 import highspy
 import numpy as np
 
-from launcher.autoscaler.packing import Shape, fits, how_many, shape_of
-from launcher.autoscaler.planner import Placement
+from launcher.autoscaler.decide.packing import Shape, fits, how_many, shape_of
+from launcher.autoscaler.decide.planner import Placement
 
 if TYPE_CHECKING:
     from bench_planner import Workload

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.autoscaler.autostop import open_sessions, process_start, read_autostop
-from launcher.autoscaler.demand import JOBS_UNKNOWN, Demand, RayNode
-from launcher.autoscaler.idle import IdleTimer, busy_reasons, due
+from launcher.autoscaler.decide.demand import JOBS_UNKNOWN, Demand, RayNode
+from launcher.autoscaler.decide.idle import IdleTimer, busy_reasons, due
+from launcher.autoscaler.observe.head_files import open_sessions, process_start, read_autostop
 from launcher.cluster.ops import marked_session, wrap_session
 from launcher.config.loader import parse_config
 from launcher.config.model import Autostop
@@ -116,7 +116,7 @@ def test_the_session_shell_marks_itself_with_its_start_time(tmp_path: Path) -> N
     folder = str(tmp_path / "sessions")
     code = (
         f"import sys; sys.path.insert(0, {str(REPO)!r}); "
-        "from launcher.autoscaler.autostop import open_sessions; "
+        "from launcher.autoscaler.observe.head_files import open_sessions; "
         f"print(open_sessions({folder!r}))"
     )
     count = f"{sys.executable} -c {shlex.quote(code)}"

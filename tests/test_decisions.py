@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.autoscaler.broken import broken_workers
-from launcher.autoscaler.demand import RayNode
-from launcher.autoscaler.observe import planner_settings
-from launcher.autoscaler.planner import NodeView, Snapshot, plan
+from launcher.autoscaler.decide.broken import broken_workers
+from launcher.autoscaler.decide.demand import RayNode
+from launcher.autoscaler.decide.planner import NodeView, Snapshot, plan
+from launcher.autoscaler.decide.view import planner_settings
 from launcher.config import parse_config
 from launcher.pricing import load_prices
 from launcher.providers.base import (

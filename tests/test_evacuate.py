@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from launcher.autoscaler.demand import RayNode
-from launcher.autoscaler.evacuate import EVACUATE_BEFORE_S, evacuations, used_resources
+from launcher.autoscaler.decide.demand import RayNode
+from launcher.autoscaler.decide.evacuate import EVACUATE_BEFORE_S, evacuations, used_resources
 from launcher.providers.base import Node, NodeKind, NodeState
 
 NOW = 1_000_000.0
@@ -67,7 +67,7 @@ def test_the_daemon_module_imports_first_in_a_fresh_interpreter() -> None:
     import subprocess
     import sys
 
-    for module in ("launcher.autoscaler.daemon", "launcher.autoscaler.evacuate"):
+    for module in ("launcher.autoscaler.daemon", "launcher.autoscaler.decide.evacuate"):
         result = subprocess.run(
             [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, check=False
         )

@@ -13,12 +13,13 @@ from typing import cast
 
 import pytest
 
-from launcher.autoscaler.backoff import CapacityMemory, TypeBackoff
-from launcher.autoscaler.daemon import Daemon, with_work_of
-from launcher.autoscaler.demand import Demand, RayNode
-from launcher.autoscaler.executor import Executor
-from launcher.autoscaler.listing import LISTING_MAX_AGE_S
-from launcher.autoscaler.planner import NodeView, Settings, Snapshot, TypeInfo, plan
+from launcher.autoscaler.act.executor import Executor
+from launcher.autoscaler.daemon import Daemon
+from launcher.autoscaler.decide.backoff import CapacityMemory, TypeBackoff
+from launcher.autoscaler.decide.choice import with_work_of
+from launcher.autoscaler.decide.demand import Demand, RayNode
+from launcher.autoscaler.decide.planner import NodeView, Settings, Snapshot, TypeInfo, plan
+from launcher.autoscaler.observe.listing import LISTING_MAX_AGE_S
 from launcher.autoscaler.spec import STATE_FILE
 from launcher.config.loader import parse_config
 from launcher.config.model import ClusterConfig, NodeType

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.autoscaler.gcs import GcsDemandReader
+from launcher.autoscaler.observe.gcs import GcsDemandReader
 from launcher.paths import cluster_dir
 from launcher.providers.localhost.processes import snapshot
 from tests.cluster_helpers import cluster_config, key_of, kill_cluster, run, status, wait_for

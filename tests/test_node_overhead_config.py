@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.autoscaler.observe import planner_settings
-from launcher.autoscaler.plan_mix import NODE_OVERHEAD
+from launcher.autoscaler.decide.plan_mix import NODE_OVERHEAD
+from launcher.autoscaler.decide.view import planner_settings
 from launcher.config.loader import parse_config
 from launcher.errors import LauncherError
 from launcher.pricing import load_prices

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from launcher.autoscaler.daemon import RECLAIM_GRACE_S, Daemon
-from launcher.autoscaler.demand import DemandReader, _forget_of, request_line
+from launcher.autoscaler.decide.demand import _forget_of, request_line
 from launcher.autoscaler.notice_watch import NOTICE_NAMESPACE, NOTICE_PREFIX
+from launcher.autoscaler.observe.ray_state import DemandReader
 
 
 def test_a_request_names_the_notices_to_delete_and_a_plain_read_names_none() -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.autoscaler.packing import Shape
-from launcher.autoscaler.plan_mix import MAX_OTHERS, Waiting, top_others
+from launcher.autoscaler.decide.packing import Shape
+from launcher.autoscaler.decide.plan_mix import MAX_OTHERS, Waiting, top_others
 
 SHAPES: list[Shape] = [(("CPU", float(c)),) for c in range(1, 21)]
 

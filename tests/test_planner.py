@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launcher.autoscaler.planner import Gang, NodeView, Settings, Snapshot, TypeInfo, plan
+from launcher.autoscaler.decide.planner import Gang, NodeView, Settings, Snapshot, TypeInfo, plan
 
 CPU4 = TypeInfo("cpu4", {"CPU": 4}, 0, 10, price=0.2)
 CPU16 = TypeInfo("cpu16", {"CPU": 16}, 0, 10, price=0.6)

@@ -12,10 +12,10 @@ from collections import Counter, defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.autoscaler.packing import EPS
-from launcher.autoscaler.plan_bound import lower_bound, shape_bound, shortfall
-from launcher.autoscaler.plan_tidy import cheaper_type
-from launcher.autoscaler.planner import (
+from launcher.autoscaler.decide.packing import EPS
+from launcher.autoscaler.decide.plan_bound import lower_bound, shape_bound, shortfall
+from launcher.autoscaler.decide.plan_tidy import cheaper_type
+from launcher.autoscaler.decide.planner import (
     Gang,
     NodeView,
     Plan,

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import planner_milp as milp
 
-from launcher.autoscaler.packing import fits
+from launcher.autoscaler.decide.packing import fits
 
 CPU4 = {"CPU": 4.0}
 ONE = {"CPU": 1.0}
@@ -258,7 +258,7 @@ def test_our_plan_maps_onto_the_model_as_a_real_plan(family: int) -> None:
     from bench_planner import ours_setup
     from planner_cost import FAMILIES, scenario
 
-    from launcher.autoscaler.planner import plan
+    from launcher.autoscaler.decide.planner import plan
 
     w = scenario(FAMILIES[family], 2, 300, 10)
     ours = plan(*ours_setup(w), record=True)

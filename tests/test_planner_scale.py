@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from launcher.autoscaler import packing
-from launcher.autoscaler.packing import Packer, Slot, fits, how_many, needs_gpu, shape_of
-from launcher.autoscaler.planner import Gang, NodeView, Settings, Snapshot, TypeInfo, plan
+from launcher.autoscaler.decide import packing
+from launcher.autoscaler.decide.packing import Packer, Slot, fits, how_many, needs_gpu, shape_of
+from launcher.autoscaler.decide.planner import Gang, NodeView, Settings, Snapshot, TypeInfo, plan
 
 TYPES = {
     "cpu4": TypeInfo("cpu4", {"CPU": 4}, 0, 10_000),

@@ -10,29 +10,39 @@ to stdout (the head's monitor log) and the latest ones are kept in a state file 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import signal
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 
-from launcher.autoscaler.autostop import autostop_cluster, open_sessions, read_autostop
-from launcher.autoscaler.backoff import TypeBackoff
-from launcher.autoscaler.broken import broken_workers
-from launcher.autoscaler.demand import Demand
-from launcher.autoscaler.evacuate import Evacuation, evacuations, used_resources
-from launcher.autoscaler.executor import Executor
-from launcher.autoscaler.gcs import GcsDemandReader
-from launcher.autoscaler.idle import IdleTimer, busy_reasons, due
-from launcher.autoscaler.listing import NodeListing
-from launcher.autoscaler.observe import planner_settings, snapshot
-from launcher.autoscaler.planner import Plan, plan
+from launcher.autoscaler.act.autostop import autostop_cluster
+from launcher.autoscaler.act.evacuate import evacuate
+from launcher.autoscaler.act.executor import Executor
+from launcher.autoscaler.clock import Clock
+from launcher.autoscaler.decide.actions import RECORDED, Action
+from launcher.autoscaler.decide.backoff import TypeBackoff
+from launcher.autoscaler.decide.choice import (
+    RECLAIM_GRACE_S,
+    Choice,
+    Facts,
+    choose,
+    kept_notices,
+    with_notices,
+)
+from launcher.autoscaler.decide.demand import Demand
+from launcher.autoscaler.decide.evacuate import Evacuation
+from launcher.autoscaler.decide.idle import IdleTimer, busy_reasons, due
+from launcher.autoscaler.decide.node_states import NodeLife, NodeStates, Transition, follow
+from launcher.autoscaler.decide.planner import Plan
+from launcher.autoscaler.decide.view import planner_settings
+from launcher.autoscaler.observe.gcs import GcsDemandReader
+from launcher.autoscaler.observe.head_files import open_sessions, read_autostop
+from launcher.autoscaler.observe.listing import NodeListing
 from launcher.autoscaler.spec import (
     AUTOSTOP_FILE,
     SESSIONS_DIR,
@@ -45,118 +55,24 @@ from launcher.errors import LauncherError
 from launcher.events import Event, Message, NodeProgress
 from launcher.files import write_whole
 from launcher.ledger.keeping import note_listing
-from launcher.paths import node_log
 from launcher.pricing import load_prices
-from launcher.providers.base import (
-    Node,
-    NodeKind,
-    NodeProvider,
-    NodeState,
-    NodeStatus,
-    head_of,
-)
+from launcher.providers.base import Node, NodeProvider, NodeStatus, head_of
 from launcher.providers.factory import make_provider
 from launcher.providers.registry import SPECS
-from launcher.updater.runner import node_runner
 from launcher.updater.updater import NodeUpdater, UpdateOptions
 
 MAX_PARALLEL_SETUPS = 32  # setups wait on SSH and the nodes, not on this machine
 RESYNC_INTERVAL_S = 10.0  # file_mounts_sync_continuously: how often workers get the mounts
 SETUP_FAILURES_BEFORE_BACKOFF = 3
 SETUP_FAILURES_GIVE_UP = 8  # a type failing setup this often in a row is not replaced again
-# A noticed worker (its Ray perhaps stopped to move its work) is left to the provider's
-# reclaim, not replaced as broken, until this long after the time it was to be taken.
-RECLAIM_GRACE_S = 120.0
 AUTOSTOP_RETRY_S = 60.0  # after an autostop that failed (a provider error)
 
 
-@dataclass(frozen=True)
-class _Choice:
-    """A tick's decisions on one listing, before any is carried out."""
-
-    nodes: list[Node]  # the listing plus launched nodes not listed yet
-    head: Node | None
-    preempted: list[Node]
-    broken: tuple[tuple[str, str], ...]
-    unavailable: dict[str, str]
-    result: Plan
-    setups: list[tuple[Node, bool]]  # (worker, files only)
-    evacuate: list[Evacuation]
-
-    @property
-    def acts(self) -> bool:
-        return bool(
-            self.preempted
-            or self.evacuate
-            or self.broken
-            or self.result.terminate
-            or self.result.launches()
-            or self.setups
-        )
-
-
-def _setups(listed: list[Node], skip: set[str], resync: bool) -> list[tuple[Node, bool]]:
-    """(worker, files only) to set up: listed new workers (a launched node is set up once
-    listed, with its address), and the file mounts of the others when `resync` is due
-    (file_mounts_sync_continuously)."""
-    out = []
-    for node in listed:
-        if node.kind is not NodeKind.WORKER or node.id in skip:
-            continue
-        if node.status is NodeStatus.UNINITIALIZED:
-            out.append((node, False))
-        elif resync and node.status is NodeStatus.UP_TO_DATE:
-            out.append((node, True))
-    return out
-
-
-def _noticed(node: Node) -> bool:
-    """A worker the provider has given notice it takes back, not taken yet."""
-    return (
-        node.kind is NodeKind.WORKER
-        and node.reclaim_at is not None
-        and node.state is not NodeState.PREEMPTED
-    )
-
-
-def _awaiting_reclaim(node: Node, now: float) -> bool:
-    """A noticed worker whose reclaim is due now or soon: the provider's to take, not ours."""
-    return _noticed(node) and (node.reclaim_at or 0.0) + RECLAIM_GRACE_S > now
-
-
-def with_notices(nodes: list[Node], notices: Iterable[tuple[str, float]]) -> list[Node]:
-    """`nodes`, those that reported a reclaim notice themselves (notice_watch) with its time,
-    where the provider did not list one."""
-    told = dict(notices)
-    return [
-        dataclasses.replace(n, reclaim_at=told[n.id])
-        if n.id in told and n.reclaim_at is None and n.state is not NodeState.PREEMPTED
-        else n
-        for n in nodes
-    ]
-
-
-def with_work_of(demand: Demand, leaving: list[Node]) -> Demand:
-    """`demand` plus, for each of `leaving`, what Ray runs there now (its resources in use),
-    as one more bundle waiting for room: the work that must move when the node goes."""
-    by_ip = {n.ip: n for n in demand.nodes if n.alive}
-    extra = []
-    for node in leaving:
-        ray = by_ip.get(node.ip or "")
-        if ray is None:
-            continue
-        used = used_resources(ray)
-        if used:
-            extra.append((used, 1))
-    if not extra:
-        return demand
-    return dataclasses.replace(demand, pending=(*demand.pending, *extra))
-
-
-def _empty_state() -> dict[str, object]:
-    """The state file's contents before a round has written it (a first round may fail)."""
+def _empty_state(now: float) -> dict[str, object]:
+    """The state file's contents before a round has written it (a first round may fail);
+    `now` is wall-clock time."""
     keys = ("pending", "placement_groups", "requested", "infeasible", "decisions")
-    return {"time": time.time(), **{key: [] for key in keys}}
+    return {"time": now, **{key: [] for key in keys}}
 
 
 def log(text: str) -> None:
@@ -189,12 +105,20 @@ class Daemon:
             give_up_after=SETUP_FAILURES_GIVE_UP,
         )
         self.wake = threading.Event()  # a launch finished: tick now, to set its nodes up
-        self.clock = clock  # for listing ages and backoffs
-        self.wall_clock = wall_clock  # for reclaim times, which providers give as epochs
+        # The one clock every part is given: `clock` for listing ages, backoffs and idle
+        # times; `wall_clock` for reclaim times (providers give epochs) and the state file.
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.time = Clock(now=clock, wall=wall_clock)
         self.config_text = config_text  # the cluster's YAML, kept in its record
         self.listing = NodeListing(provider.nodes, clock=clock)
         self.executor = Executor(
-            provider, config, self._decided, clock=clock, on_done=self._launch_done
+            provider,
+            config,
+            self._decided,
+            clock=clock,
+            wall_clock=wall_clock,
+            on_done=self._launch_done,
         )
         self.ray_nodes: frozenset[tuple[str, bool]] = frozenset()
         self.settings = planner_settings(config, SPECS[config.provider.type], load_prices())
@@ -202,9 +126,7 @@ class Daemon:
         self.seen_before: set[str] = set()
         self.seen_now: set[str] = set()
         self.recent: list[dict[str, object]] = []
-        self.preempted: set[str] = set()
-        self.noticed: set[str] = set()  # given notice of a reclaim (until it is gone)
-        self.evacuated: set[str] = set()  # noticed nodes whose Ray was stopped to move work
+        self.node_states = NodeStates()  # noticed, evacuated, preempted workers
         self.reported: dict[str, float] = {}  # node id -> reclaim time, reported by the node
         # As read and listed at the last tick: what `_stale_notices` decides from.
         self.last_notices: tuple[tuple[str, float], ...] = ()
@@ -220,7 +142,7 @@ class Daemon:
         self.loop_exceptions = 0
         self.last_loop_exception: dict[str, object] | None = None
         self.last_trace = ""  # of the last round that failed with a bug
-        self.state: dict[str, object] = _empty_state()
+        self.state: dict[str, object] = _empty_state(wall_clock())
 
     def run(self) -> None:
         log(f"{STARTED_LINE} {self.config.cluster_name} started")
@@ -245,7 +167,7 @@ class Daemon:
         except Exception as exc:
             self.loop_exceptions += 1
             error = f"{type(exc).__name__}: {exc}"
-            self.last_loop_exception = {"time": time.time(), "error": error}
+            self.last_loop_exception = {"time": self.wall_clock(), "error": error}
             if isinstance(exc, LauncherError):
                 log(f"error: {exc}")
             else:
@@ -273,10 +195,12 @@ class Daemon:
             listed, just_read = self.listing.fresh(), True  # Ray saw nodes come or go
         self.ray_nodes = ray_nodes
         resync = self._resync_due()
-        choice = self._choose(listed, busy, demand, resync)
-        if choice.acts and not just_read:  # never act on an earlier tick's listing
+        choice = self._decide(listed, busy, demand, resync)
+        # Never act on an earlier tick's listing: a choice that acts on one is dropped (it
+        # changed nothing) and made again on a fresh listing, the one this tick acts on.
+        if choice.acts and not just_read:
             listed, just_read = self.listing.fresh(), True
-            choice = self._choose(listed, busy, demand, resync)
+            choice = self._decide(listed, busy, demand, resync)
         if just_read:
             self._record(listed)
         self._act(choice, demand)
@@ -296,7 +220,9 @@ class Daemon:
         if self.clock() < self.autostop_retry_at:
             return
         try:
-            done = autostop_cluster(self.provider, self.config, self.autostop, self.idle_s, log)
+            done = autostop_cluster(
+                self.provider, self.config, self.autostop, self.idle_s, log, clock=self.time
+            )
         except LauncherError as exc:
             self.autostop_retry_at = self.clock() + AUTOSTOP_RETRY_S
             log(f"error: autostop failed: {exc}; trying again in {AUTOSTOP_RETRY_S:g} s")
@@ -304,40 +230,48 @@ class Daemon:
         log(done)
         self.stopping.set()  # the cluster is stopped (or gone): nothing left to scale
 
-    def _choose(self, listed: list[Node], busy: set[str], demand: Demand, resync: bool) -> _Choice:
-        """What this tick would do, given the listing: decided, not done."""
-        # Notices nodes reported (kept while the node is listed: a tick without Ray's
-        # state must not take them back).
+    def _decide(self, listed: list[Node], busy: set[str], demand: Demand, resync: bool) -> Choice:
+        """Note what `listed` tells (notices, reclaims), then decide on it (decide/choice)."""
+        facts = Facts(
+            listed,
+            self._note(listed, demand),
+            demand,
+            busy,
+            self.node_states.in_state(NodeLife.EVACUATED),
+            self.executor.pending(),
+            self._unavailable(),
+            resync,
+            self.wall_clock(),
+        )
+        return choose(self.config, self.settings, facts)
+
+    def _note(self, listed: list[Node], demand: Demand) -> list[Node]:
+        """The nodes to decide on (`listed`, launched nodes not listed yet, with the notices
+        nodes reported), once the moves they call for in `node_states` are made. Facts,
+        before the plan: a type taken back (or about to be) is avoided from now on."""
         nodes = listed + self.executor.unlisted(listed)
         ids = {n.id for n in nodes}
-        merged = {**self.reported, **dict(demand.notices)}
         self.last_notices, self.last_listed_ids = demand.notices, ids
-        self.reported = {i: at for i, at in merged.items() if i in ids}
+        self.reported = kept_notices(self.reported, demand.notices, ids)
         nodes = with_notices(nodes, self.reported.items())
-        head = head_of(nodes)
-        preempted = [n for n in nodes if n.state is NodeState.PREEMPTED]
-        noticed = [n for n in nodes if _noticed(n)]
-        # Facts, before the plan: a type taken back (or about to be) is avoided now.
-        self._note_preempted(preempted, noticed)
-        now = self.wall_clock()
-        evacuate = evacuations(noticed, demand.nodes, now, self.evacuated)
-        waiting = [n for n in nodes if not _awaiting_reclaim(n, now)]
-        broken = broken_workers(self.config, waiting, busy, demand.nodes)
-        unavailable = self._unavailable()
-        # A node about to be taken back is planned as gone, and what runs on it as waiting
-        # for room: its replacement is launched now, not once it has gone.
-        view = snapshot(
-            self.config,
-            nodes,
-            with_work_of(demand, noticed),
-            {i for i, _ in broken} | {n.id for n in noticed},
-            self.executor.pending(),
-            unavailable,
-        )
-        result = plan(view, self.settings)
-        gone = {i for i, _ in broken} | {i for i, _ in result.terminate} | {n.id for n in noticed}
-        setups = [] if head is None else _setups(listed, busy | gone, resync)
-        return _Choice(nodes, head, preempted, broken, unavailable, result, setups, evacuate)
+        for transition in follow(self.node_states, nodes):
+            self.node_states.apply(transition)
+            self._told(transition)
+        return nodes
+
+    def _told(self, transition: Transition) -> None:
+        """Tell the executor of a node the provider took back, or gave notice it takes
+        back, once (a notice and its reclaim count once)."""
+        node, notice = transition.node, transition.tells
+        if node is None or notice is None:
+            return
+        if notice:
+            when = time.strftime("%H:%M:%S", time.localtime(node.reclaim_at))
+            log(
+                f"{node.id} ({node.node_type}): reclaim notice, taken back at {when}; "
+                "planned as gone from now on"
+            )
+        self.executor.preempted(node, notice=notice)
 
     def _record(self, listed: list[Node]) -> None:
         """Keep the cluster's record (what runs since when, at what price) as listed."""
@@ -352,33 +286,13 @@ class Daemon:
         except OSError as exc:
             log(f"could not update the cluster's record: {exc}")
 
-    def _note_preempted(self, preempted: list[Node], noticed: list[Node]) -> None:
-        """Tell the executor of each node the provider took back, or gave notice it takes
-        back, once while it is listed (a notice and its reclaim count once)."""
-        for node in noticed:
-            if node.id not in self.noticed:
-                when = time.strftime("%H:%M:%S", time.localtime(node.reclaim_at))
-                log(
-                    f"{node.id} ({node.node_type}): reclaim notice, taken back at {when}; "
-                    "planned as gone from now on"
-                )
-                self.executor.preempted(node, notice=True)
-        for node in preempted:
-            if node.id not in self.preempted and node.id not in self.noticed:
-                self.executor.preempted(node)
-        self.preempted = {n.id for n in preempted}
-        self.noticed = {n.id for n in noticed} | (self.noticed & self.preempted)
-        self.evacuated &= self.noticed
-
-    def _act(self, choice: _Choice, demand: Demand) -> None:
+    def _act(self, choice: Choice, demand: Demand) -> None:
         for evacuation in choice.evacuate:
             self._evacuate(evacuation)
-        for node_id, reason in choice.broken:
-            self._decided(f"terminate {node_id}: {reason}", "terminate")
-        result = choice.result
-        for decision in result.decisions:
+        for decision in choice.decisions:
             self._decided(str(decision), decision.action)
-        terminate = [node_id for node_id, _ in choice.broken] + [i for i, _ in result.terminate]
+        result = choice.result
+        terminate = choice.terminate
         if terminate:
             self.listing.invalidate()
             try:
@@ -399,32 +313,9 @@ class Daemon:
                 self._start_update(node, choice.head, files_only)
 
     def _evacuate(self, evacuation: Evacuation) -> None:
-        """Stop the Ray of a noticed worker (on a thread of its own: it may take a while over
-        SSH), so Ray moves its work now rather than once the machine is gone."""
-        node = evacuation.node
-        self.evacuated.add(node.id)
-        when = time.strftime("%H:%M:%S", time.localtime(node.reclaim_at))
-        log(
-            f"{node.id} ({node.node_type}): stopping its Ray ahead of the reclaim at {when} "
-            f"({evacuation.reason}), so its work restarts elsewhere now"
-        )
-
-        def stop() -> None:
-            runner = node_runner(
-                self.provider, self.config, node, node_log(self.config.cluster_name, node.id)
-            )
-            try:
-                problem = self.provider.stop_node_ray(node, runner)
-            except LauncherError as exc:
-                problem = str(exc)
-            finally:
-                self.listing.invalidate()
-            if problem:
-                log(f"{node.id}: could not stop its Ray before the reclaim: {problem}")
-            else:
-                log(f"{node.id}: Ray stopped; its work can restart elsewhere")
-
-        threading.Thread(target=stop, name=f"evacuate-{node.id}", daemon=True).start()
+        """Stop the Ray of a noticed worker (act/evacuate), once."""
+        self.node_states.move(evacuation.node.id, NodeLife.EVACUATED)
+        evacuate(self.provider, self.config, evacuation, log, self.listing.invalidate)
 
     def _launch_done(self) -> None:
         """A launch finished (on the executor's thread): list again, and tick now."""
@@ -477,14 +368,15 @@ class Daemon:
             if node_id not in listed and at + RECLAIM_GRACE_S < now
         ]
 
-    def _decided(self, text: str, action: str) -> None:
+    def _decided(self, text: str, action: Action) -> None:
         """Log a decision when it differs from the last tick's, so the log stays readable."""
         self.seen_now.add(text)
         if text in self.seen_before:
             return
         log(text)
-        if action in ("launch", "terminate", "infeasible", "fallback", "capacity", "backoff"):
-            self.recent.append({"time": time.time(), "action": action, "text": text})
+        if action in RECORDED:
+            now = self.wall_clock()
+            self.recent.append({"time": now, "action": action.value, "text": text})
             self.recent = self.recent[-50:]
 
     def _write_state(self, demand: Demand, result: Plan, unavailable: Mapping[str, str]) -> None:
@@ -501,7 +393,7 @@ class Daemon:
             ],
             "unavailable": dict(unavailable),
             "avoided_zones": self.executor.capacity.describe(self.clock()),
-            "time": time.time(),
+            "time": self.wall_clock(),
             "pending": [{"resources": dict(r), "count": c} for r, c in demand.pending],
             "placement_groups": [
                 {"strategy": g.strategy, "bundles": [dict(b) for b in g.bundles]}
@@ -554,7 +446,7 @@ class Daemon:
             log(f"{node.id}: {exc}")
             what_next = self.setup_backoff.failed(node.node_type, self.clock())
             if what_next:
-                self._decided(what_next, "backoff")
+                self._decided(what_next, Action.BACKOFF)
             return
         finally:
             self.listing.invalidate()  # its status tag changed

@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.autoscaler.backoff import CapacityMemory
-from launcher.autoscaler.planner import (
+from launcher.autoscaler.decide.backoff import CapacityMemory
+from launcher.autoscaler.decide.planner import (
     Gang,
     NodeView,
     Plan,

@@ -538,7 +538,7 @@ def simulate(
 ) -> None:
     """Replay a workload trace through the autoscaler's planner, offline, and report
     node-hours, cost, peak nodes and how long work waited."""
-    from launcher.autoscaler.observe import planner_settings
+    from launcher.autoscaler.decide.view import planner_settings
     from launcher.autoscaler.simulator import Simulation, read_trace
     from launcher.cli.render_simulation import render_simulation
     from launcher.pricing import load_prices

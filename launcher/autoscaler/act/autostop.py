@@ -14,13 +14,11 @@ copy, and `launcher list --refresh` finds the cluster stopped or gone.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import time
 from collections.abc import Callable
-from pathlib import Path
 
+from launcher.autoscaler.clock import Clock
 from launcher.config.model import Autostop, ClusterConfig
 from launcher.errors import LauncherError
 from launcher.ledger.keeping import note_gone, note_listing
@@ -36,6 +34,7 @@ from launcher.providers.base import (
 )
 
 GONE_WAIT_S = 300.0
+SYSTEM_CLOCK = Clock()
 POLL_S = 2.0
 
 
@@ -46,8 +45,10 @@ def autostop_cluster(
     idle_s: float,
     log: Callable[[str], None],
     sleep: Callable[[float], None] = time.sleep,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> str:
-    """Stop or tear down the cluster; returns what was done (one line, also recorded)."""
+    """Stop or tear down the cluster; returns what was done (one line, also recorded).
+    `clock.wall` stamps the stopped head."""
     nodes = provider.nodes()
     head = head_of(nodes)
     workers = [n for n in nodes if n.kind is NodeKind.WORKER]
@@ -77,7 +78,7 @@ def autostop_cluster(
         _wait_gone(provider, workers, sleep)
     note_gone(config, why, state=ClusterState.AUTOSTOPPED)
     if head is not None:
-        provider.set_tags(head.id, {TAG_AUTOSTOPPED: str(int(time.time()))})
+        provider.set_tags(head.id, {TAG_AUTOSTOPPED: str(int(clock.wall()))})
         log(f"autostop: stopping the head {head.id}")
         provider.stop_nodes([head.id])
     return why
@@ -103,61 +104,3 @@ def _wait_gone(provider: NodeProvider, nodes: list[Node], sleep: Callable[[float
             f"autostop: {', '.join(sorted(n.id for n in left))} still listed {GONE_WAIT_S:g} s "
             "after being removed; the cluster was not stopped"
         )
-
-
-def read_autostop(path: str, configured: Autostop | None) -> Autostop | None:
-    """The autostop in force: set on the head by `launcher autostop` (or cancelled there),
-    else the config's."""
-    try:
-        raw = json.loads(Path(path).expanduser().read_text())
-    except (OSError, ValueError):
-        return configured
-    if not isinstance(raw, dict):
-        return configured
-    if raw.get("cancelled"):
-        return None
-    try:
-        return Autostop(float(raw["idle_minutes"]), bool(raw.get("down", False)))
-    except (KeyError, TypeError, ValueError):
-        return configured
-
-
-def open_sessions(directory: str) -> int:
-    """exec/attach/submit sessions open on the head: files named by the process id of each
-    session's shell, whose process still runs (a stale file is removed). A file also holds
-    the process's start time (`marked_session`), so a pid reused since is not taken for the
-    session's shell."""
-    folder = Path(directory).expanduser()
-    count = 0
-    for entry in folder.glob("*"):
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            entry.unlink(missing_ok=True)
-            continue
-        except PermissionError:
-            pass  # another user's process: it runs
-        try:
-            marked = entry.read_text().split()
-        except OSError:
-            marked = []
-        started = process_start(pid)
-        if len(marked) > 1 and started is not None and marked[1] != started:
-            entry.unlink(missing_ok=True)  # that shell ended; another process has its pid
-            continue
-        count += 1
-    return count
-
-
-def process_start(pid: int) -> str | None:
-    """When process `pid` started (clock ticks after boot, /proc/PID/stat's 22nd field), or
-    None when it cannot be read."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(") ", 1)[-1].split()  # after the command name, which may hold spaces
-    return fields[19] if len(fields) > 19 else None

@@ -18,12 +18,13 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from launcher.autoscaler.backoff import CapacityMemory, TypeBackoff
+from launcher.autoscaler.decide.actions import Action
+from launcher.autoscaler.decide.backoff import CapacityMemory, TypeBackoff
+from launcher.autoscaler.decide.view import PendingLaunch
 from launcher.config.model import ClusterConfig
 from launcher.errors import CapacityError, LauncherError
 from launcher.providers.base import (
@@ -40,17 +41,6 @@ MAX_CONCURRENT_BATCHES = 4
 LISTING_GRACE_S = 120.0  # how long a created node may stay missing from listings
 
 
-@dataclass(frozen=True)
-class PendingLaunch:
-    id: int
-    node_type: str
-    count: int
-    stands_in_for: str | None
-    started: float  # time.time()
-    # The provider's idempotency key: a repeat of this launch makes nothing more.
-    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-
 @dataclass
 class _Outcome:
     launch: PendingLaunch
@@ -62,13 +52,14 @@ class _Outcome:
 class Executor:
     provider: NodeProvider
     config: ClusterConfig
-    log: Callable[[str, str], None]  # (text, action) -> decision log
+    log: Callable[[str, Action], None]  # (text, kind) -> decision log
     capacity: CapacityMemory = field(default_factory=CapacityMemory)
     launch_backoff: TypeBackoff = field(
         default_factory=lambda: TypeBackoff("launches failed", after=1, base_s=5.0)
     )
     max_batch: int = MAX_BATCH
-    clock: Callable[[], float] = time.monotonic
+    clock: Callable[[], float] = time.monotonic  # ages and backoffs
+    wall_clock: Callable[[], float] = time.time  # a launch's start, shown by `status`
     on_done: Callable[[], None] = lambda: None  # a launch finished (wake the daemon's loop)
 
     def __post_init__(self) -> None:
@@ -85,7 +76,9 @@ class Executor:
         while count > 0:
             size = min(count, self.max_batch)
             count -= size
-            pending = PendingLaunch(next(self._ids), node_type, size, stands_in_for, time.time())
+            pending = PendingLaunch(
+                next(self._ids), node_type, size, stands_in_for, self.wall_clock()
+            )
             with self._lock:
                 self._running[pending.id] = pending
             future = self._pool.submit(self._create, pending)
@@ -150,13 +143,15 @@ class Executor:
                     self.log(
                         f"{launch.node_type}: {what} in {zone or 'its zone'}{made}; "
                         f"avoiding it for {wait:g} s",
-                        "capacity",
+                        Action.CAPACITY,
                     )
             else:
-                self.log(f"launch of {launch.count} x {launch.node_type} failed: {error}", "error")
+                self.log(
+                    f"launch of {launch.count} x {launch.node_type} failed: {error}", Action.ERROR
+                )
                 what_next = self.launch_backoff.failed(launch.node_type, now)
                 if what_next:
-                    self.log(what_next, "backoff")
+                    self.log(what_next, Action.BACKOFF)
         return created
 
     def preempted(self, node: Node, *, notice: bool = False) -> None:
@@ -167,7 +162,7 @@ class Executor:
         self.log(
             f"{node.node_type}: {node.id} {what} in {node.zone or 'its zone'}; "
             f"avoiding it for {wait:g} s",
-            "capacity",
+            Action.CAPACITY,
         )
 
     # -- what the planner needs to know ------------------------------------------------

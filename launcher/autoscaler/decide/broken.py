@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 
-from launcher.autoscaler.demand import RayNode
+from launcher.autoscaler.decide.demand import RayNode
 from launcher.config.model import ClusterConfig
 from launcher.providers.base import Node, NodeKind, NodeState, NodeStatus
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launcher.autoscaler.demand import RayNode
+from launcher.autoscaler.decide.demand import RayNode
 
 if TYPE_CHECKING:  # the providers import the autoscaler's modules: no cycle at run time
     from launcher.providers.base import Node

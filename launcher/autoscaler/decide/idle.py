@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.autoscaler.demand import JOBS_UNKNOWN, Demand
-from launcher.autoscaler.evacuate import used_resources
+from launcher.autoscaler.decide.demand import JOBS_UNKNOWN, Demand
+from launcher.autoscaler.decide.evacuate import used_resources
 from launcher.config.model import Autostop
 
 UNREADABLE = "Ray's state cannot be read"

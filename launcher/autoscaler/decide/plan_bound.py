@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from launcher.autoscaler.packing import fits, how_many
+from launcher.autoscaler.decide.packing import fits, how_many
 
 MAX_SYSTEMS = 200_000  # m-subsets of constraints we are willing to try
 

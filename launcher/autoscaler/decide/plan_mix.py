@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from launcher.autoscaler.packing import Resources, Shape, fits, how_many, needs_gpu
+from launcher.autoscaler.decide.packing import Resources, Shape, fits, how_many, needs_gpu
 
 # What a node costs besides its price (Ray's daemons, its disk and address, one more machine
 # to start and lose), as a share of the cheapest type's price: the default of

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from launcher.autoscaler.packing import EPS, Resources, fits
+from launcher.autoscaler.decide.packing import EPS, Resources, fits
 
 
 def cheaper_type(

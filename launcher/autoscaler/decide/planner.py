@@ -37,7 +37,8 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from launcher.autoscaler.packing import (
+from launcher.autoscaler.decide.actions import Action
+from launcher.autoscaler.decide.packing import (
     EPS,
     Packer,
     Resources,
@@ -48,7 +49,7 @@ from launcher.autoscaler.packing import (
     needs_gpu,
     shape_of,
 )
-from launcher.autoscaler.plan_mix import (
+from launcher.autoscaler.decide.plan_mix import (
     NODE_OVERHEAD,
     Candidate,
     Mix,
@@ -58,7 +59,7 @@ from launcher.autoscaler.plan_mix import (
     top_others,
     worth,
 )
-from launcher.autoscaler.plan_tidy import cheaper_type
+from launcher.autoscaler.decide.plan_tidy import cheaper_type
 
 __all__ = [
     "MIN_UPSCALING_BURST",
@@ -139,7 +140,7 @@ class Settings:
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # launch | terminate | infeasible | wait | fallback
+    action: Action  # launch | terminate | infeasible | wait | fallback
     reason: str
     node_type: str | None = None
     count: int = 0
@@ -147,11 +148,11 @@ class Decision:
     stands_in_for: str | None = None  # launch: for this type's min_workers
 
     def __str__(self) -> str:
-        if self.action == "launch":
+        if self.action is Action.LAUNCH:
             return f"launch {self.count} x {self.node_type}: {self.reason}"
-        if self.action == "terminate":
+        if self.action is Action.TERMINATE:
             return f"terminate {self.node_id}: {self.reason}"
-        return f"{self.action}: {self.reason}"
+        return f"{self.action.value}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -457,7 +458,7 @@ def plan(snapshot: Snapshot, settings: Settings, *, record: bool = False) -> Pla
             state.decisions.insert(
                 0,
                 Decision(
-                    "fallback",
+                    Action.FALLBACK,
                     f"{type_name}: {state.unavailable[type_name]}, falling back to {fallback}",
                     fallback,
                     launch[fallback],
@@ -546,12 +547,14 @@ def _min_workers(state: _State, nodes: Sequence[NodeView]) -> None:
                 placed[fallback] += 1
             for fallback, count in placed.items():
                 state.decisions.append(
-                    Decision("launch", f"{reason} of {name}", fallback, count, stands_in_for=name)
+                    Decision(
+                        Action.LAUNCH, f"{reason} of {name}", fallback, count, stands_in_for=name
+                    )
                 )
             if placed.total() < want:
                 state.decisions.append(
                     Decision(
-                        "wait",
+                        Action.WAIT,
                         f"{name}: {state.unavailable[name]}; {want - placed.total()} worker(s) for "
                         "its min_workers wait for capacity",
                     )
@@ -561,7 +564,7 @@ def _min_workers(state: _State, nodes: Sequence[NodeView]) -> None:
         if missing > 0:
             for _ in range(missing):
                 state.add_node(name)
-            state.decisions.append(Decision("launch", reason, name, missing))
+            state.decisions.append(Decision(Action.LAUNCH, reason, name, missing))
 
 
 def _tidy(state: _State, first_new: int, first_decision: int) -> None:
@@ -609,16 +612,19 @@ def _retell(state: _State, first_decision: int, resized: Counter[tuple[str, str]
         left = count
         for i in range(len(decisions) - 1, first_decision - 1, -1):
             d = decisions[i]
-            if left and d.action == "launch" and d.node_type == old:
+            if left and d.action is Action.LAUNCH and d.node_type == old:
                 take = min(left, d.count)
                 decisions[i] = replace(d, count=d.count - take)
                 left -= take
         decisions.append(
             Decision(
-                "launch", f"what {resized[old, new]} x {old} would hold", new, resized[old, new]
+                Action.LAUNCH,
+                f"what {resized[old, new]} x {old} would hold",
+                new,
+                resized[old, new],
             )
         )
-    kept = [d for d in decisions[first_decision:] if d.action != "launch" or d.count > 0]
+    kept = [d for d in decisions[first_decision:] if d.action is not Action.LAUNCH or d.count > 0]
     state.decisions = decisions[:first_decision] + kept
 
 
@@ -638,7 +644,9 @@ def _place_tasks(state: _State, pending: Iterable[tuple[Resources, int]]) -> Non
             continue
         state.infeasible.append(request)
         state.decisions.append(
-            Decision("infeasible", f"{count} pending bundle(s) of {show(request)} fit no node type")
+            Decision(
+                Action.INFEASIBLE, f"{count} pending bundle(s) of {show(request)} fit no node type"
+            )
         )
     if state.priced:
         _place_mixed(state, feasible)
@@ -656,14 +664,14 @@ def _tell(
     if left > 0:
         state.decisions.append(
             Decision(
-                "wait",
+                Action.WAIT,
                 f"{left} pending bundle(s) of {show(request)}: no node type has room "
                 f"(max_workers {state.settings.max_workers})",
             )
         )
     for name, nodes in launched.items():
         state.decisions.append(
-            Decision("launch", f"{count} pending bundle(s) of {show(request)}", name, nodes)
+            Decision(Action.LAUNCH, f"{count} pending bundle(s) of {show(request)}", name, nodes)
         )
 
 
@@ -741,7 +749,7 @@ def _place_gang(state: _State, gang: Gang, number: int) -> None:
     shapes = [shape_of(r) for r in requests]
     if not all(state.feasible(s, r) for s, r in zip(shapes, requests, strict=True)):
         state.infeasible.extend(requests)
-        state.decisions.append(Decision("infeasible", f"{label} fits no node type"))
+        state.decisions.append(Decision(Action.INFEASIBLE, f"{label} fits no node type"))
         return
     skip: set[int] | None = set() if gang.strategy == "STRICT_SPREAD" else None
     first_new = len(state.slots)
@@ -752,7 +760,7 @@ def _place_gang(state: _State, gang: Gang, number: int) -> None:
         if index is None:
             state.rollback()
             state.pending.subtract(shapes[position + 1 :])
-            state.decisions.append(Decision("wait", f"{label}: no room for all bundles"))
+            state.decisions.append(Decision(Action.WAIT, f"{label}: no room for all bundles"))
             return
         state.packer.take(index, request, owner=number)
         if skip is not None:
@@ -760,7 +768,7 @@ def _place_gang(state: _State, gang: Gang, number: int) -> None:
     state.commit()  # every bundle found a place
     if len(state.slots) > first_new:  # most groups fit in free room and launch nothing
         for name, nodes in Counter(s.node_type for s in state.slots[first_new:]).items():
-            state.decisions.append(Decision("launch", label, name, nodes))
+            state.decisions.append(Decision(Action.LAUNCH, label, name, nodes))
 
 
 def _gang_slot(
@@ -802,18 +810,23 @@ def _place_constraints(state: _State, constraints: Sequence[Resources]) -> None:
         if not state.feasible(shape, request):
             state.infeasible.append(request)
             state.decisions.append(
-                Decision("infeasible", f"requested {count} x {show(request)}: fits no node type")
+                Decision(
+                    Action.INFEASIBLE, f"requested {count} x {show(request)}: fits no node type"
+                )
             )
             continue
         left, launched = _place_many(state, capacity, shape, request, count)
         if left > 0:
             state.decisions.append(
-                Decision("wait", f"requested {left} x {show(request)}: no node type has room")
+                Decision(Action.WAIT, f"requested {left} x {show(request)}: no node type has room")
             )
         for name, nodes in launched.items():
             state.decisions.append(
                 Decision(
-                    "launch", f"request_resources asks for {count} x {show(request)}", name, nodes
+                    Action.LAUNCH,
+                    f"request_resources asks for {count} x {show(request)}",
+                    name,
+                    nodes,
                 )
             )
     by_id = {s.node_id: s for s in state.slots if s.node_id is not None}
@@ -835,7 +848,7 @@ def _limit_upscaling(
     stand_ins: Counter[tuple[str, str]] = Counter()
     decisions = []
     for decision in state.decisions:  # in the order decided: min_workers, groups, tasks
-        if decision.action != "launch" or decision.node_type is None:
+        if decision.action is not Action.LAUNCH or decision.node_type is None:
             decisions.append(decision)
             continue
         take = min(decision.count, budget)
@@ -850,7 +863,7 @@ def _limit_upscaling(
         return limited, stand_ins
     state.decisions.append(
         Decision(
-            "wait",
+            Action.WAIT,
             f"launching {sum(limited.values())} of {wanted} node(s) now: at most "
             f"{allowed} may start at once (upscaling_speed {state.settings.upscaling_speed:g})",
         )
@@ -893,5 +906,5 @@ def _idle(state: _State, snapshot: Snapshot, settings: Settings) -> list[tuple[s
         if back:
             reason += f"; it stands in for {counted_as}, which has capacity again"
         terminate.append((node.id, reason))
-        state.decisions.append(Decision("terminate", reason, node.node_type, 1, node.id))
+        state.decisions.append(Decision(Action.TERMINATE, reason, node.node_type, 1, node.id))
     return terminate

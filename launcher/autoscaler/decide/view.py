@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
-from launcher.autoscaler.demand import Demand, RayNode
-from launcher.autoscaler.executor import PendingLaunch
-from launcher.autoscaler.planner import NodeView, Settings, Snapshot, TypeInfo
+from launcher.autoscaler.decide.demand import Demand, RayNode
+from launcher.autoscaler.decide.planner import NodeView, Settings, Snapshot, TypeInfo
 from launcher.config.model import ClusterConfig
 from launcher.pricing import PriceTable
 from launcher.providers.base import TAG_STANDS_IN_FOR, Node, NodeKind, NodeStatus
 from launcher.providers.spec import ProviderSpec
+
+
+@dataclass(frozen=True)
+class PendingLaunch:
+    """A launch the executor has under way: planned as starting nodes."""
+
+    id: int
+    node_type: str
+    count: int
+    stands_in_for: str | None
+    started: float  # wall-clock time (epoch)
+    # The provider's idempotency key: a repeat of this launch makes nothing more.
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 def planner_settings(config: ClusterConfig, spec: ProviderSpec, prices: PriceTable) -> Settings:

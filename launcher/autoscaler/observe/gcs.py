@@ -2,7 +2,7 @@
 
 Ray's GCS client blocks for 40 s when the GCS is not there, blocks a read indefinitely when
 the GCS dies under it, and after 60 s ends the whole process it runs in. So demand is read
-in a child process (`python -m launcher.autoscaler.demand`), one request per tick, each
+in a child process (`python -m launcher.autoscaler.observe.ray_state`), one request per tick, each
 answered within READ_TIMEOUT_S or the child is killed. Before each read the GCS port is
 probed, so a GCS that is down costs one refused TCP connection per tick, not a timeout.
 
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO
 
-from launcher.autoscaler.demand import READY_LINE, Demand, decode, request_line
+from launcher.autoscaler.decide.demand import READY_LINE, Demand, decode, request_line
 
 READ_TIMEOUT_S = 15.0  # one read of the demand (a live GCS answers in milliseconds)
 START_TIMEOUT_S = 60.0  # the child importing Ray (seconds on a busy machine)
@@ -60,7 +60,7 @@ class _Child:
         # Ray's own complaints, for the message when the child ends; closed in stop().
         self.errors: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "launcher.autoscaler.demand", "--gcs", address],
+            [sys.executable, "-m", "launcher.autoscaler.observe.ray_state", "--gcs", address],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.errors,

@@ -23,6 +23,7 @@ from types import FrameType
 from launcher.autoscaler.act.autostop import autostop_cluster
 from launcher.autoscaler.act.evacuate import evacuate
 from launcher.autoscaler.act.executor import Executor
+from launcher.autoscaler.act.setup import Setups
 from launcher.autoscaler.clock import Clock
 from launcher.autoscaler.decide.actions import RECORDED, Action
 from launcher.autoscaler.decide.backoff import TypeBackoff
@@ -59,7 +60,6 @@ from launcher.pricing import load_prices
 from launcher.providers.base import Node, NodeProvider, NodeStatus, head_of
 from launcher.providers.factory import make_provider
 from launcher.providers.registry import SPECS
-from launcher.updater.updater import NodeUpdater, UpdateOptions
 
 MAX_PARALLEL_SETUPS = 32  # setups wait on SSH and the nodes, not on this machine
 RESYNC_INTERVAL_S = 10.0  # file_mounts_sync_continuously: how often workers get the mounts
@@ -96,8 +96,6 @@ class Daemon:
         self.config = config
         self.interval_s = interval_s
         self.stopping = threading.Event()
-        self.updating: dict[str, threading.Thread] = {}
-        self.lock = threading.Lock()
         self.setup_backoff = TypeBackoff(
             "setups failed",
             after=SETUP_FAILURES_BEFORE_BACKOFF,
@@ -119,6 +117,17 @@ class Daemon:
             clock=clock,
             wall_clock=wall_clock,
             on_done=self._launch_done,
+        )
+        self.setups = Setups(
+            provider,
+            config,
+            self.setup_backoff,
+            clock,
+            log,
+            self._decided,
+            self._on_event,
+            self.listing.invalidate,
+            MAX_PARALLEL_SETUPS,
         )
         self.ray_nodes: frozenset[tuple[str, bool]] = frozenset()
         self.settings = planner_settings(config, SPECS[config.provider.type], load_prices())
@@ -183,9 +192,7 @@ class Daemon:
                 log(f"could not write the autoscaler's state: {problem}")
 
     def tick(self) -> None:
-        with self.lock:
-            busy = {node_id for node_id, t in self.updating.items() if t.is_alive()}
-            self.updating = {k: v for k, v in self.updating.items() if k in busy}
+        busy = self.setups.busy()
         self.executor.collect()
         self.autostop = read_autostop(AUTOSTOP_FILE, self.config.autostop)
         listed, just_read = self.listing.current()
@@ -208,9 +215,7 @@ class Daemon:
 
     def _autostop_check(self, demand: Demand) -> None:
         """Autostop: follow how long the cluster has been idle; stop it when it is time."""
-        with self.lock:
-            setting_up = sum(t.is_alive() for t in self.updating.values())
-        launching = sum(p.count for p in self.executor.pending()) + setting_up
+        launching = sum(p.count for p in self.executor.pending()) + self.setups.running()
         reasons = busy_reasons(
             demand if self.gcs_read else None, open_sessions(SESSIONS_DIR), launching
         )
@@ -232,9 +237,10 @@ class Daemon:
 
     def _decide(self, listed: list[Node], busy: set[str], demand: Demand, resync: bool) -> Choice:
         """Note what `listed` tells (notices, reclaims), then decide on it (decide/choice)."""
+        nodes = self._note(listed, demand)  # before the facts below, which it changes
         facts = Facts(
             listed,
-            self._note(listed, demand),
+            nodes,
             demand,
             busy,
             self.node_states.in_state(NodeLife.EVACUATED),
@@ -254,8 +260,11 @@ class Daemon:
         self.last_notices, self.last_listed_ids = demand.notices, ids
         self.reported = kept_notices(self.reported, demand.notices, ids)
         nodes = with_notices(nodes, self.reported.items())
-        for transition in follow(self.node_states, nodes):
+        moves = follow(self.node_states, nodes)
+        for transition in moves:
             self.node_states.apply(transition)
+        # Notices first, then reclaims without one, as they were always told.
+        for transition in sorted(moves, key=lambda t: t.tells is not True):
             self._told(transition)
         return nodes
 
@@ -310,7 +319,7 @@ class Daemon:
         self._write_state(demand, result, choice.unavailable)
         if choice.head is not None:
             for node, files_only in choice.setups:
-                self._start_update(node, choice.head, files_only)
+                self.setups.start(node, choice.head, files_only)
 
     def _evacuate(self, evacuation: Evacuation) -> None:
         """Stop the Ray of a noticed worker (act/evacuate), once."""
@@ -343,7 +352,7 @@ class Daemon:
         return out
 
     def _demand(self, head: Node | None) -> Demand:
-        """Ray's demand, or none while the GCS cannot be read (bounded: see gcs.py)."""
+        """Ray's demand, or none while the GCS cannot be read (bounded: see observe/gcs.py)."""
         self.gcs_read = False
         if head is None or head.status is not NodeStatus.UP_TO_DATE:
             return Demand()
@@ -422,46 +431,6 @@ class Daemon:
             "last_loop_exception": self.last_loop_exception,
         }
         write_whole(path, json.dumps({**state, **health}))
-
-    def _start_update(self, node: Node, head: Node, files_only: bool = False) -> None:
-        with self.lock:
-            running = self.updating.get(node.id)
-            if len(self.updating) >= MAX_PARALLEL_SETUPS or (running and running.is_alive()):
-                return
-            thread = threading.Thread(
-                target=self._sync if files_only else self._update,
-                args=(node, head),
-                name=f"update-{node.id}",
-                daemon=True,
-            )
-            self.updating[node.id] = thread
-        thread.start()
-
-    def _update(self, node: Node, head: Node) -> None:
-        log(f"setting up {node.id} ({node.node_type}, {node.ip})")
-        updater = self._updater(node, head)
-        try:
-            updater.run()
-        except LauncherError as exc:
-            log(f"{node.id}: {exc}")
-            what_next = self.setup_backoff.failed(node.node_type, self.clock())
-            if what_next:
-                self._decided(what_next, Action.BACKOFF)
-            return
-        finally:
-            self.listing.invalidate()  # its status tag changed
-        self.setup_backoff.succeeded(node.node_type)
-
-    def _sync(self, node: Node, head: Node) -> None:
-        try:
-            self._updater(node, head).sync_files()
-        except LauncherError as exc:
-            log(f"{node.id}: syncing file mounts failed: {exc}")
-
-    def _updater(self, node: Node, head: Node | None) -> NodeUpdater:
-        # The head's copies of the file mounts are at their remote paths, under its home.
-        options = UpdateOptions(cwd=Path.home())
-        return NodeUpdater(self.provider, self.config, node, head, options, self._on_event)
 
     def _on_event(self, event: Event) -> None:
         if isinstance(event, NodeProgress) and (event.done or event.failed):

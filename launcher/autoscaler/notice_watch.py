@@ -10,7 +10,7 @@ minutes ahead. The metadata endpoint is `$AWS_EC2_METADATA_SERVICE_ENDPOINT`, el
 http://169.254.169.254.
 
 The key written is NOTICE_PREFIX + the node's id, its value the reclaim time (epoch seconds);
-`launcher.autoscaler.demand` reads them with Ray's demand.
+`launcher.autoscaler.observe.ray_state` reads them with Ray's demand.
 """
 
 from __future__ import annotations

@@ -36,20 +36,15 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from fakes.aws.server import MotoServer, loopback_vpc  # noqa: E402
-from launcher.config.loader import Overrides, parse_config  # noqa: E402
-from launcher.providers.aws.clients import AwsClients  # noqa: E402
-from launcher.providers.aws.provider import AwsProvider  # noqa: E402
-from launcher.providers.base import NodeKind  # noqa: E402
-from tests.test_aws_provider import image  # noqa: E402
+from bench.common import expect, show_time
+from fakes.aws.server import MotoServer, amazon_image, loopback_vpc
+from launcher.config.loader import Overrides, parse_config
+from launcher.providers.aws.clients import AwsClients
+from launcher.providers.aws.provider import AwsProvider
+from launcher.providers.base import NodeKind
 
 CLUSTER = "bench-aws"
 INSTANCE_TYPE = "m5.large"
@@ -101,7 +96,7 @@ def fresh(server: MotoServer, cache_stopped: bool = False) -> Setup:
     ]
     node_config = {
         "InstanceType": INSTANCE_TYPE,
-        "ImageId": image(server),
+        "ImageId": amazon_image(server),
         "SubnetIds": vpc.subnet_ids,
         "KeyName": "bench-key",
         "SecurityGroupIds": [group],
@@ -283,11 +278,6 @@ def timed(server: MotoServer, work: Callable[[], T]) -> tuple[T, Measure]:
     return result, Measure(seconds, dict(calls))
 
 
-def expect(what: str, ok: bool) -> None:
-    if not ok:
-        raise SystemExit(f"bench_aws: {what}")
-
-
 def listings_until_gone(side: Side, ids: Sequence[str]) -> int:
     """List until none of `ids` is listed (at most GONE_WAIT_S); returns the listings made."""
     deadline = time.monotonic() + GONE_WAIT_S
@@ -406,10 +396,6 @@ def show_calls(measure: Measure, per: int = 1) -> str:
             text = f"{value:g}" if value == int(value) else f"{value:.1f}"
             parts.append(f"{text} {SHORT.get(action, action)}")
     return " + ".join(parts) or "none"
-
-
-def show_time(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 ROWS = {

@@ -40,19 +40,15 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from fakes.gce.server import PROJECT, GceServer  # noqa: E402
-from launcher.autoscaler.daemon import Daemon  # noqa: E402
-from launcher.config.loader import Overrides, parse_config  # noqa: E402
-from launcher.providers.base import TAG_STATUS, NodeKind, NodeState  # noqa: E402
-from launcher.providers.factory import make_provider  # noqa: E402
-from launcher.providers.gcp.provider import GcpProvider  # noqa: E402
+from bench.common import expect, show_time, wait_for
+from fakes.gce.server import PROJECT, GceServer
+from launcher.autoscaler.daemon import Daemon
+from launcher.config.loader import Overrides, parse_config
+from launcher.providers.base import TAG_STATUS, NodeKind, NodeState
+from launcher.providers.factory import make_provider
+from launcher.providers.gcp.provider import GcpProvider
 
 CLUSTER = "bench-gcp"
 ZONE = "us-west1-b"
@@ -156,7 +152,9 @@ head_node_type: head
         made = self.provider.create_nodes(worker, NodeKind.WORKER, count, {})
         ids = [n.id for n in made]
         if any(n.state is not NodeState.RUNNING for n in made):
-            wait_for(lambda: set(ids) <= self.running(), f"{self.label}: RUNNING")
+            wait_for(
+                lambda: set(ids) <= self.running(), f"{self.label}: RUNNING", WAIT_S, poll_s=POLL_S
+            )
         return ids
 
     def running(self) -> set[str]:
@@ -247,7 +245,9 @@ class Ray:
 
     def launch(self, count: int) -> list[str]:
         made = list(self._provider.create_node(node_config(), dict(self._tags), count))
-        wait_for(lambda: set(made) <= self.running(), f"{self.label}: RUNNING")
+        wait_for(
+            lambda: set(made) <= self.running(), f"{self.label}: RUNNING", WAIT_S, poll_s=POLL_S
+        )
         return made
 
     def running(self) -> set[str]:
@@ -302,20 +302,13 @@ def timed(server: GceServer, work: Callable[[], T]) -> tuple[T, Measure]:
     return result, Measure(seconds, dict(calls))
 
 
-def expect(what: str, ok: bool) -> None:
-    if not ok:
-        raise SystemExit(f"bench_gcp: {what}")
-
-
-def wait_for(done: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not done():
-        expect(f"{what}: not within {WAIT_S:g} s", time.monotonic() < deadline)
-        time.sleep(POLL_S)
-
-
 def listings_until_gone(side: Side, ids: Sequence[str]) -> None:
-    wait_for(lambda: not set(ids) & set(side.listing()), f"{side.label}: terminated, listed")
+    wait_for(
+        lambda: not set(ids) & set(side.listing()),
+        f"{side.label}: terminated, listed",
+        WAIT_S,
+        poll_s=POLL_S,
+    )
 
 
 def one_round(
@@ -421,10 +414,6 @@ def show_calls(measure: Measure, per: int = 1) -> str:
 
 def total_calls(measure: Measure, per: int = 1) -> float:
     return sum(n for m, n in measure.calls.items() if m != "oauth2.token") / per
-
-
-def show_time(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 ROWS = {

@@ -57,14 +57,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from bench.common import BenchError, wait_for
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 BIN = Path(sys.executable).parent
 LAUNCHER = str(BIN / "launcher")
@@ -90,10 +90,6 @@ ROWS = [
     ("first trial running again (a new checkpoint)", "first_trial"),
     ("every trial running again (the total)", "total"),
 ]
-
-
-class BenchError(RuntimeError):
-    pass
 
 
 # -- commands --------------------------------------------------------------------------
@@ -256,18 +252,6 @@ class Watcher:
             return min(self.reclaimed.values(), default=None)
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float, alive: Callable[[], None]) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        alive()
-        if time.monotonic() > deadline:
-            raise BenchError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(POLL_S)
-
-
 def kill_head(env: dict[str, str], watcher: Watcher, cluster: Path) -> float:
     """`launcher kill-random-node --head --hard -y`; the head's death (its reclaimed_at)."""
     _, ended = launcher(env, "kill-random-node", str(cluster), "--head", "--hard", "-y")
@@ -425,7 +409,7 @@ def ours(work: Path, plan: Plan, keep: bool) -> Sample:
         try:
             wait_for(
                 lambda: watcher.every_trial_at(plan.kill_at_step), "the trials' checkpoints",
-                STARTUP_TIMEOUT_S, submit.check_running,
+                STARTUP_TIMEOUT_S, poll_s=POLL_S, alive=submit.check_running,
             )  # fmt: skip
             death = kill_head(env, watcher, plan.cluster)
             code = submit.wait(SWEEP_TIMEOUT_S)
@@ -461,7 +445,7 @@ def baseline(work: Path, plan: Plan, keep: bool) -> Sample:
         try:
             wait_for(
                 lambda: watcher.every_trial_at(plan.kill_at_step), "the trials' checkpoints",
-                STARTUP_TIMEOUT_S, first.check_running,
+                STARTUP_TIMEOUT_S, poll_s=POLL_S, alive=first.check_running,
             )  # fmt: skip
             death = kill_head(env, watcher, plan.cluster)
             first.wait(STARTUP_TIMEOUT_S)

@@ -41,17 +41,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from fakes.kube.scheduler import NodeSpec  # noqa: E402
-from fakes.kube.server import KubeServer  # noqa: E402
-from launcher.autoscaler.daemon import Daemon  # noqa: E402
-from launcher.config.loader import Overrides, parse_config  # noqa: E402
-from launcher.providers.base import TAG_STATUS, NodeKind  # noqa: E402
-from launcher.providers.factory import make_provider  # noqa: E402
-from launcher.runners.base import CommandRunner  # noqa: E402
+from bench.common import BenchError, expect, show_time, wait_for
+from fakes.kube.scheduler import NodeSpec
+from fakes.kube.server import KubeServer
+from launcher.autoscaler.daemon import Daemon
+from launcher.config.loader import Overrides, parse_config
+from launcher.providers.base import TAG_STATUS, NodeKind
+from launcher.providers.factory import make_provider
+from launcher.runners.base import CommandRunner
 
 CLUSTER = "bench-kube"
 NAMESPACE = "ray"
@@ -95,24 +92,6 @@ def api_client(kubeconfig: Path) -> Any:
 
     loader: Any = config  # untyped
     return loader.new_client_from_config(config_file=str(kubeconfig))
-
-
-def expect(what: str, ok: bool) -> None:
-    if not ok:
-        raise SystemExit(f"bench_kubernetes: {what}")
-
-
-def wait_for(done: Callable[[], object], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        expect(f"{what}: not within {timeout:g} s", time.monotonic() < deadline)
-        time.sleep(POLL_S)
-
-
-def show_time(seconds: float) -> str:
-    if seconds < 0.001:
-        return f"{seconds * 1e6:.0f} us"
-    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 def show_calls(calls: Mapping[str, float]) -> str:
@@ -632,6 +611,8 @@ def kube_down(lab: RealLab, path: Path) -> None:
     wait_for(
         lambda: not lab.server.pods(NAMESPACE, f"launcher-cluster={CLUSTER}-up"),
         "the up's pods gone",
+        WAIT_S,
+        poll_s=POLL_S,
     )
 
 
@@ -768,6 +749,8 @@ def bench_exec(lab: RealLab, runs: int, put_mb: int, repeat: int) -> str:
             == "Running"
         ),
         "the exec pod Running",
+        WAIT_S,
+        poll_s=POLL_S,
     )
     kube = KubeExecRunner(core, NAMESPACE, "bench-exec", None, {}, lab.tmp / "kube-exec.log")
     target = SSHTarget(lab.host.ip, "root", key_path=str(lab.key))
@@ -789,8 +772,13 @@ def bench_exec(lab: RealLab, runs: int, put_mb: int, repeat: int) -> str:
             expect(f"{runner!r}: true failed", ok)
     # The fake logs a call when its handler returns, which for an exec can be just after the
     # client has its exit status: wait (briefly) for the last ones.
-    with contextlib.suppress(SystemExit):
-        wait_for(lambda: lab.server.count(resource="pods") >= runs, "the execs logged", 5.0)
+    with contextlib.suppress(BenchError):
+        wait_for(
+            lambda: lab.server.count(resource="pods") >= runs,
+            "the execs logged",
+            5.0,
+            poll_s=POLL_S,
+        )
     exec_calls = call_counts(lab.server)
     kube_t, ssh_t = statistics.median(kube_times), statistics.median(ssh_times)
     bare, connect = exec_parts(kube, runs)

@@ -32,9 +32,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+
+from bench.common import wait_for
 
 BIN = Path(sys.executable).parent
 LAUNCHER = str(BIN / "launcher")
@@ -43,6 +45,7 @@ OBJECT_STORE_BYTES = 256 * 2**20  # what the localhost provider gives each node
 SETTLE_S = 5.0  # after the autoscaler's first tick, before submitting
 PHASE_PERIOD_S = 5.0  # Ray's default tick; submissions are spread over one period
 CLUSTER = "bench-reaction"
+WAIT_S = 120.0  # at most, for an autoscaler's first tick
 
 OURS_CONFIG = f"""\
 cluster_name: {CLUSTER}
@@ -165,14 +168,6 @@ def stamps(path: Path, pattern: str) -> list[float]:
     return found
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.1)
-
-
 def bench_line(output: str) -> Times:
     for line in output.splitlines():
         if line.startswith("BENCH "):
@@ -237,7 +232,7 @@ def ours(work: Path, phase_s: float) -> Times:
     try:
         run(LAUNCHER, "up", "-y", str(config), env=env)
         state = "h-*/home/.launcher/head/autoscaler-state.json"
-        wait_for(lambda: any(nodes_dir.glob(state)), "our autoscaler's first tick")
+        wait_for(lambda: any(nodes_dir.glob(state)), "our autoscaler's first tick", WAIT_S)
         time.sleep(SETTLE_S + phase_s)
         with WorkerWatcher(nodes_dir) as watcher:
             times = bench_line(run(LAUNCHER, "submit", str(config), str(driver), env=env))
@@ -336,6 +331,7 @@ def rays(work: Path, index: int, phase_s: float, interval: float | None) -> Time
         wait_for(
             lambda: bool(stamps(monitor_log, "took .* to complete the update iteration")),
             "Ray autoscaler's first tick",
+            WAIT_S,
         )
         time.sleep(SETTLE_S + phase_s)
         driver_env = dict(env, RAY_ADDRESS="127.0.0.1:6379")

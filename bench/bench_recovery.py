@@ -60,10 +60,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench_reaction import namespace, stamps
+from bench.bench_reaction import namespace, stamps
+from bench.common import wait_for
 
 BIN = Path(sys.executable).parent
 LAUNCHER = str(BIN / "launcher")
@@ -76,6 +74,7 @@ KILL_AFTER_CHECKPOINTS = 2  # trial 0's checkpoints before its node dies
 STARTUP_TIMEOUT_S = 240.0
 RECOVERY_TIMEOUT_S = 240.0
 GCS_WAIT_S = 30.0  # after the death, for the GCS to declare the node dead (shown, not timed)
+POLL_S = 0.05  # how often a wait looks again
 
 OURS_CONFIG = f"""\
 cluster_name: {CLUSTER}
@@ -261,19 +260,6 @@ def events(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float, alive: Callable[[], None]) -> Any:
-    """Poll `check` until truthy (returned); `alive` raises when the run cannot go on."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        alive()
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.05)
-
-
 def victim_ready(path: Path) -> dict[str, Any] | None:
     """Trial 0's latest start once every trial started and trial 0 checkpointed enough."""
     seen = events(path)
@@ -435,14 +421,17 @@ def ours(work: Path, index: int, notice_s: float = 0.0) -> Times:
             )  # fmt: skip
         alive = check_running(driver, log)
         try:
-            victim = wait_for(lambda: victim_ready(path), "trial 0", STARTUP_TIMEOUT_S, alive)
+            victim = wait_for(
+                lambda: victim_ready(path), "trial 0", STARTUP_TIMEOUT_S, poll_s=POLL_S, alive=alive
+            )
             with NodeWatcher(nodes_dir) as watcher:
                 since, death, dead_id = _take(config, victim["ip"], notice_s)
                 wait_for(
                     lambda: recovered(path, victim["node"], death, since),
                     "trial 0 restored",
                     RECOVERY_TIMEOUT_S,
-                    alive,
+                    poll_s=POLL_S,
+                    alive=alive,
                 )
         finally:
             stop_driver(driver, stop_file, log)
@@ -578,7 +567,13 @@ def rays(work: Path, index: int, interval: float) -> Times:
                 )  # fmt: skip
             alive = check_running(driver, log)
             try:
-                victim = wait_for(lambda: victim_ready(path), "trial 0", STARTUP_TIMEOUT_S, alive)
+                victim = wait_for(
+                    lambda: victim_ready(path),
+                    "trial 0",
+                    STARTUP_TIMEOUT_S,
+                    poll_s=POLL_S,
+                    alive=alive,
+                )
                 doomed = fake_node_processes(victim["node"])
                 death = time.time()
                 for pid in doomed:
@@ -588,7 +583,8 @@ def rays(work: Path, index: int, interval: float) -> Times:
                     lambda: recovered(path, victim["node"], death),
                     "trial 0 restored",
                     RECOVERY_TIMEOUT_S,
-                    alive,
+                    poll_s=POLL_S,
+                    alive=alive,
                 )
             finally:
                 stop_driver(driver, stop_file, log)

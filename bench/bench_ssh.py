@@ -56,23 +56,19 @@ from types import FrameType
 from typing import Any
 from unittest import mock
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-import launcher.cluster.install as install_module  # noqa: E402
-import launcher.runners.ssh as ssh_module  # noqa: E402
-from fakes.hosts.ssh import IsolatedHost, isolated_hosts, isolation_unavailable  # noqa: E402
-from launcher.autoscaler.daemon import MAX_PARALLEL_SETUPS  # noqa: E402
-from launcher.cluster import lifecycle  # noqa: E402
-from launcher.config.loader import Overrides  # noqa: E402
-from launcher.config.model import ClusterConfig  # noqa: E402
-from launcher.events import Event, NodeProgress, ignore  # noqa: E402
-from launcher.providers.base import TAG_STATUS, Node, NodeKind, NodeStatus  # noqa: E402
-from launcher.providers.onprem.claims import FileRecords  # noqa: E402
-from launcher.providers.onprem.provider import OnPremProvider  # noqa: E402
-from launcher.runners.ssh import SSHRunner  # noqa: E402
-from launcher.updater.updater import NodeUpdater, UpdateOptions  # noqa: E402
+import launcher.cluster.install as install_module
+import launcher.runners.ssh as ssh_module
+from fakes.hosts.ssh import IsolatedHost, isolated_hosts, isolation_unavailable
+from launcher.autoscaler.daemon import MAX_PARALLEL_SETUPS
+from launcher.cluster import lifecycle
+from launcher.config.loader import Overrides
+from launcher.config.model import ClusterConfig
+from launcher.events import Event, NodeProgress, ignore
+from launcher.providers.base import TAG_STATUS, Node, NodeKind, NodeStatus
+from launcher.providers.onprem.claims import FileRecords
+from launcher.providers.onprem.provider import OnPremProvider
+from launcher.runners.ssh import SSHRunner
+from launcher.updater.updater import NodeUpdater, UpdateOptions
 
 FIRST_IP = "127.0.7.2"
 UNUSED_HEAD_IP = "127.0.7.1"  # part 1's head: named in the config, never contacted

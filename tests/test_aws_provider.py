@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from fakes.aws.server import LoopbackVpc, MotoServer, interrupt_spot, loopback_vpc
+from fakes.aws.server import (
+    LoopbackVpc,
+    MotoServer,
+    amazon_image,
+    interrupt_spot,
+    loopback_vpc,
+)
 from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
 from launcher.errors import CapacityError, ProviderError
@@ -35,13 +41,9 @@ def vpc(server: MotoServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     return loopback_vpc(server.client("ec2"))
 
 
-def image(server: MotoServer) -> str:
-    return str(server.client("ec2").describe_images(Owners=["amazon"])["Images"][0]["ImageId"])
-
-
 def config(server: MotoServer, vpc: LoopbackVpc, extra: str = "") -> ClusterConfig:
     a, b, c = vpc.subnet_ids
-    ami = image(server)
+    ami = amazon_image(server)
     text = f"""
 cluster_name: prov
 max_workers: 10
@@ -288,7 +290,7 @@ def test_launch_templates_and_network_interfaces_pass_through(
     server: MotoServer, vpc: LoopbackVpc
 ) -> None:
     ec2 = server.client("ec2")
-    ami = image(server)
+    ami = amazon_image(server)
     ec2.create_launch_template(
         LaunchTemplateName="lt-workers",
         LaunchTemplateData={"ImageId": ami, "InstanceType": "m5.xlarge"},

@@ -533,6 +533,11 @@ class LoopbackVpc:
         return [s.id for s in self.subnets]
 
 
+def amazon_image(server: MotoServer) -> str:
+    """The id of an image moto lists as Amazon's (any will do for a launch)."""
+    return str(server.client("ec2").describe_images(Owners=["amazon"])["Images"][0]["ImageId"])
+
+
 def loopback_vpc(
     ec2: Any,
     region: str = REGION,

@@ -1,0 +1,50 @@
+"""What the bench scripts share: stopping on a failed check, waiting, showing a time."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class BenchError(RuntimeError):
+    """The run cannot go on (a step failed or timed out)."""
+
+
+def expect(what: str, ok: bool) -> None:
+    """Stop the bench, saying `what` after the script's name, unless `ok`."""
+    if not ok:
+        raise SystemExit(f"{Path(sys.argv[0]).stem}: {what}")
+
+
+def wait_for(
+    check: Callable[[], T],
+    what: str,
+    timeout: float,
+    *,
+    poll_s: float = 0.1,
+    alive: Callable[[], None] | None = None,
+) -> T:
+    """Poll `check` until it answers something true, and return that. `alive` (called
+    between polls) raises when the run cannot go on; after `timeout` s, BenchError."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if alive is not None:
+            alive()
+        if time.monotonic() > deadline:
+            raise BenchError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(poll_s)
+
+
+def show_time(seconds: float) -> str:
+    """A duration as the tables show it: us below a millisecond, ms below a second."""
+    if seconds < 0.001:
+        return f"{seconds * 1e6:.0f} us"
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"

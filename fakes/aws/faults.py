@@ -1,16 +1,16 @@
-"""Wire-level fault injection for fakes/aws/server.py's MotoServer: the calls it sees, the
-faults a test arms (which calls they match, how often they fire, what they answer), and the
+"""Wire-level fault injection for fakes/aws/server.py's MotoServer: the calls it sees, which
+calls a fault matches and what it answers (fakes/faults.py counts and fires them), and the
 error documents AWS sends (EC2's and the query protocol's), with EC2's HTTP status per code."""
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from fakes import faults
 
 # HTTP status EC2 gives each error code (client errors are 400); the capacity codes are
 # server errors on EC2, so SDKs retry them.
@@ -90,15 +90,12 @@ class Logged:
 
 
 @dataclass(eq=False)
-class Fault:
+class Fault(faults.Fault[Call]):
     """What happens to calls that match: `action` ("*": any) and `service`, the optional
     `zone`/`market`/`instance_type`/`subnet` of the call, and `when(call)`.
 
-    The first `skip` matching calls pass untouched; then the fault fires `times` times
-    (None: until removed). Firing waits `delay` seconds, runs `effect(call)` (e.g. send a
-    signal to the process under test), and, if `error` is set, answers with that AWS error:
-    before the call reaches moto, or after it took effect when `after` is true (a lost
-    answer). `seen` counts matching calls, `fired` the calls it acted on."""
+    Counting, `delay`, `effect` and `after` are fakes/faults.py's; given `error`, firing
+    answers with that AWS error (its status `status`, else EC2's for the code)."""
 
     action: str = "*"
     error: str | None = None
@@ -109,16 +106,12 @@ class Fault:
     market: str | None = None
     instance_type: str | None = None
     subnet: str | None = None
-    when: Callable[[Call], bool] | None = None
-    times: int | None = None
-    skip: int = 0
-    delay: float = 0.0
-    after: bool = False
-    effect: Callable[[Call], None] | None = None
-    seen: int = 0
-    fired: int = 0
 
-    def matches(self, call: Call) -> bool:
+    @property
+    def fails(self) -> bool:
+        return self.error is not None
+
+    def selects(self, call: Call) -> bool:
         wanted = (
             (self.action, call.action),
             (self.service, call.service),
@@ -127,13 +120,7 @@ class Fault:
             (self.instance_type, call.instance_type),
             (self.subnet, call.subnet),
         )
-        if any(want not in (None, "*") and want != got for want, got in wanted):
-            return False
-        return self.when is None or self.when(call)
-
-    @property
-    def exhausted(self) -> bool:
-        return self.times is not None and self.fired >= self.times
+        return all(want in (None, "*") or want == got for want, got in wanted)
 
     def error_status(self) -> int:
         assert self.error is not None
@@ -148,55 +135,17 @@ class Fault:
         return f"{self.error} (test fault)"
 
 
-class Faults:
-    """The faults a server applies, in the order added; thread-safe."""
+class Faults(faults.Faults[Fault]):
+    """The faults a server applies (`add(action, error, **options)`), in the order added."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._faults: list[Fault] = []
-
-    def add(self, action: str = "*", error: str | None = None, **options: Any) -> Fault:
-        fault = Fault(action, error, **options)
-        with self._lock:
-            self._faults.append(fault)
-        return fault
+        super().__init__(Fault)
 
     def no_capacity(self, **options: Any) -> Fault:
         """RunInstances fails with InsufficientInstanceCapacity (as EC2 says for on-demand
         and spot alike) for the calls matching `options` (zone=, market=, instance_type=,
         subnet=, when=, times=...), until removed."""
         return self.add("RunInstances", "InsufficientInstanceCapacity", **options)
-
-    def remove(self, fault: Fault) -> None:
-        with self._lock, contextlib.suppress(ValueError):
-            self._faults.remove(fault)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._faults.clear()
-
-    def __iter__(self) -> Iterator[Fault]:
-        with self._lock:
-            return iter(list(self._faults))
-
-    def pick(self, call: Call) -> list[Fault]:
-        """The faults that fire for `call`: every matching one without an error, and the
-        first matching one with an error (last in the list)."""
-        firing: list[Fault] = []
-        failing: Fault | None = None
-        with self._lock:
-            for fault in self._faults:
-                if fault.exhausted or (fault.error and failing) or not fault.matches(call):
-                    continue
-                fault.seen += 1
-                if fault.seen <= fault.skip:
-                    continue
-                fault.fired += 1
-                if fault.error:
-                    failing = fault
-                else:
-                    firing.append(fault)
-        return [*firing, failing] if failing else firing
 
 
 def error_body(call: Call, code: str, message: str, status: int) -> bytes:

@@ -79,6 +79,7 @@ import pytest
 
 from fakes.aws.faults import Call, Fault, Faults, Logged, error_body, status_for
 from fakes.aws.hosts import LOOPBACK_NET, InstanceHosts
+from fakes.faults import CallLog, fire
 
 __all__ = [
     "LOOPBACK_NET",
@@ -146,7 +147,7 @@ class MotoServer:
         self.hosts_own_addresses = False  # set by InstanceHosts: see the class docstring
         self._launched: dict[str, float] = {}  # instance id -> made while describe_lag > 0
         self._port = port
-        self._log: list[Logged] = []
+        self._log = CallLog[Logged]()
         self._seq = 0
         self._pending: dict[str, float] = {}  # instance id -> when it becomes running
         self._server: Any = None
@@ -257,7 +258,7 @@ class MotoServer:
         with self.lock:
             return [
                 c
-                for c in self._log
+                for c in self._log.entries()
                 if action in (None, c.call.action) and service in (None, c.call.service)
             ]
 
@@ -342,13 +343,7 @@ class MotoServer:
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
         call = self._parse(environ)
-        fired = self.faults.pick(call)
-        for fault in fired:
-            if fault.delay:
-                time.sleep(fault.delay)
-            if fault.effect is not None:
-                fault.effect(call)
-        failing = fired[-1] if fired and fired[-1].error else None
+        failing = fire(self.faults.pick(call), call)
         response: Response | None = None
         if failing is None or failing.after:
             response = self._forward(environ, call)

@@ -6,15 +6,16 @@ A `Call` is one API request as the fake saw it, named by its discovery method id
 answers them with an error: an HTTP error with Google's JSON error body, or (for GCE's
 operation error codes, upper case: ZONE_RESOURCE_POOL_EXHAUSTED, QUOTA_EXCEEDED...) an
 accepted call whose operation ends DONE with that error, as GCE reports capacity failures.
+fakes/faults.py counts faults and fires them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from fakes import faults
 
 # Google's canonical status name per HTTP code (the `status` field of an error body).
 CANONICAL = {
@@ -197,12 +198,12 @@ class Logged:
 
 
 @dataclass(eq=False)
-class Fault:
+class Fault(faults.Fault[Call]):
     """What happens to calls that match `method` ("*": any; "instances.insert" matches
     "compute.instances.insert"), `zone` and `when(call)`.
 
-    The first `skip` matching calls pass; then it fires `times` times (None: until removed).
-    Firing waits `delay` seconds, runs `effect(call)`, then, given `error`, answers:
+    Counting, `delay`, `effect` and `after` are fakes/faults.py's; given `error`, firing
+    answers:
     - a GCE operation code (OPERATION_ERRORS, e.g. ZONE_RESOURCE_POOL_EXHAUSTED) on a call
       that returns an operation: the call is accepted (200, an operation) but has no effect,
       and its operation ends DONE with that error (httpErrorStatusCode `status` or GCE's);
@@ -215,26 +216,16 @@ class Fault:
     status: int | None = None
     message: str | None = None
     zone: str | None = None
-    when: Callable[[Call], bool] | None = None
-    times: int | None = None
-    skip: int = 0
-    delay: float = 0.0
-    after: bool = False
-    effect: Callable[[Call], None] | None = None
     in_operation: bool | None = None  # None: for GCE's operation codes (OPERATION_ERRORS)
-    seen: int = 0
-    fired: int = 0
-
-    def matches(self, call: Call) -> bool:
-        if self.method not in ("*", call.method) and not call.method.endswith("." + self.method):
-            return False
-        if self.zone not in (None, call.zone):
-            return False
-        return self.when is None or self.when(call)
 
     @property
-    def exhausted(self) -> bool:
-        return self.times is not None and self.fired >= self.times
+    def fails(self) -> bool:
+        return self.error is not None
+
+    def selects(self, call: Call) -> bool:
+        if self.method not in ("*", call.method) and not call.method.endswith("." + self.method):
+            return False
+        return self.zone in (None, call.zone)
 
     @property
     def through_operation(self) -> bool:
@@ -249,24 +240,12 @@ class Fault:
         return OPERATION_ERRORS.get(self.error) or REASON_STATUS.get(self.error, 400)
 
 
-class Faults:
-    """The faults a server applies, in the order added; thread-safe."""
+class Faults(faults.Faults[Fault]):
+    """The faults a server applies (`add(method, error_reason, http_status, **options)`), in
+    the order added."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._faults: list[Fault] = []
-
-    def add(
-        self,
-        method: str = "*",
-        error_reason: str | None = None,
-        http_status: int | None = None,
-        **options: Any,
-    ) -> Fault:
-        fault = Fault(method, error_reason, http_status, **options)
-        with self._lock:
-            self._faults.append(fault)
-        return fault
+        super().__init__(Fault)
 
     def no_capacity(self, zone: str | None = None, **options: Any) -> Fault:
         """instances.insert in `zone` (None: any) ends with ZONE_RESOURCE_POOL_EXHAUSTED in its
@@ -274,34 +253,3 @@ class Faults:
         return self.add(
             "compute.instances.insert", "ZONE_RESOURCE_POOL_EXHAUSTED", zone=zone, **options
         )
-
-    def remove(self, fault: Fault) -> None:
-        with self._lock, contextlib.suppress(ValueError):
-            self._faults.remove(fault)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._faults.clear()
-
-    def __iter__(self) -> Iterator[Fault]:
-        with self._lock:
-            return iter(list(self._faults))
-
-    def pick(self, call: Call) -> list[Fault]:
-        """The faults that fire for `call`: every matching one without an error, then the
-        first matching one with an error (last in the list)."""
-        firing: list[Fault] = []
-        failing: Fault | None = None
-        with self._lock:
-            for fault in self._faults:
-                if fault.exhausted or (fault.error and failing) or not fault.matches(call):
-                    continue
-                fault.seen += 1
-                if fault.seen <= fault.skip:
-                    continue
-                fault.fired += 1
-                if fault.error:
-                    failing = fault
-                else:
-                    firing.append(fault)
-        return [*firing, failing] if failing else firing

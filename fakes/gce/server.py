@@ -104,6 +104,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
+from fakes.faults import CallLog, fire
 from fakes.gce.authz import refusal
 from fakes.gce.batch import BATCH_PATH, answer_batch
 from fakes.gce.compute import Compute
@@ -161,7 +162,7 @@ class GceServer(ClientSide):
         self.errors: list[BaseException] = []  # exceptions handlers raised (answered 500)
         self.operation_fault: dict[int, tuple[str, int, str | None]] = {}
         self._port = port
-        self._log: list[Logged] = []
+        self._log = CallLog[Logged]()
         self._seq = 0
         self._timers: list[tuple[float, int, int, Callable[[], None]]] = []
         self._epoch = 0
@@ -225,7 +226,7 @@ class GceServer(ClientSide):
         with self.cond:
             return [
                 c
-                for c in self._log
+                for c in self._log.entries()
                 if method is None or c.method == method or c.method.endswith("." + method)
             ]
 
@@ -434,13 +435,7 @@ class GceServer(ClientSide):
         return self._handle(route, call, compute)
 
     def _handle(self, route: Route, call: Call, compute: bool) -> tuple[int, Any]:
-        fired = self.faults.pick(call)
-        for fault in fired:
-            if fault.delay:
-                time.sleep(fault.delay)
-            if fault.effect is not None:
-                fault.effect(call)
-        failing = fired[-1] if fired and fired[-1].error else None
+        failing = fire(self.faults.pick(call), call)
         handler = HANDLERS.get(call.method)
         if failing is not None and failing.through_operation and route.returns_operation:
             assert failing.error is not None

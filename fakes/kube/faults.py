@@ -5,15 +5,16 @@ A `Call` is one API request as the server saw it, named by its Kubernetes verb (
 watch, create, update, patch, delete, deletecollection) and resource ("pods", with
 `subresource` "status", "exec"...). A `Fault` matches calls and answers them with a
 `Status` error of a given HTTP code, after an optional delay; or only delays them.
+fakes/faults.py counts faults and fires them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from fakes import faults
 
 
 @dataclass(frozen=True)
@@ -62,15 +63,13 @@ class Logged:
 
 
 @dataclass(eq=False)
-class Fault:
+class Fault(faults.Fault[Call]):
     """What happens to calls that match `verb` and `resource` ("*": any; "pods/exec" names a
     subresource, "pods" matches the resource with any subresource unless `exact`),
     `namespace` (None: any) and `when(call)`.
 
-    The first `skip` matching calls pass; then it fires `times` times (None: until
-    removed). Firing waits `delay` seconds, then, given `code`, answers with a Status of
-    that code (`reason` and `message` by default the usual ones), before the call acts, or
-    after it acted when `after` (the answer was lost)."""
+    Counting, `delay`, `effect` and `after` are fakes/faults.py's; given `code`, firing
+    answers with a Status of that code (`reason` and `message` by default the usual ones)."""
 
     verb: str = "*"
     resource: str = "*"
@@ -78,16 +77,13 @@ class Fault:
     reason: str | None = None
     message: str | None = None
     namespace: str | None = None
-    when: Callable[[Call], bool] | None = None
-    times: int | None = None
-    skip: int = 0
-    delay: float = 0.0
-    after: bool = False
     exact: bool = False
-    seen: int = 0
-    fired: int = 0
 
-    def matches(self, call: Call) -> bool:
+    @property
+    def fails(self) -> bool:
+        return bool(self.code)
+
+    def selects(self, call: Call) -> bool:
         if self.verb not in ("*", call.verb):
             return False
         if self.resource != "*":
@@ -95,29 +91,15 @@ class Fault:
             plain_ok = not self.exact and "/" not in self.resource
             if self.resource != full and not (plain_ok and self.resource == call.resource):
                 return False
-        if self.namespace not in (None, call.namespace):
-            return False
-        return self.when is None or self.when(call)
-
-    @property
-    def exhausted(self) -> bool:
-        return self.times is not None and self.fired >= self.times
+        return self.namespace in (None, call.namespace)
 
 
-class Faults:
-    """The faults a server applies, in the order added; thread-safe."""
+class Faults(faults.Faults[Fault]):
+    """The faults a server applies (`add(verb, resource, code, **options)`), in the order
+    added."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._faults: list[Fault] = []
-
-    def add(
-        self, verb: str = "*", resource: str = "*", code: int | None = None, **options: Any
-    ) -> Fault:
-        fault = Fault(verb, resource, code, **options)
-        with self._lock:
-            self._faults.append(fault)
-        return fault
+        super().__init__(Fault)
 
     def fail(
         self, verb: str, resource: str, code: int, times: int | None = 1, **options: Any
@@ -130,34 +112,3 @@ class Faults:
     ) -> Fault:
         """Calls of `verb` on `resource` wait `seconds` before they are served."""
         return self.add(verb, resource, None, delay=seconds, times=times, **options)
-
-    def remove(self, fault: Fault) -> None:
-        with self._lock, contextlib.suppress(ValueError):
-            self._faults.remove(fault)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._faults.clear()
-
-    def __iter__(self) -> Iterator[Fault]:
-        with self._lock:
-            return iter(list(self._faults))
-
-    def pick(self, call: Call) -> list[Fault]:
-        """The faults that fire for `call`: every matching one without a code, then the
-        first matching one with a code (last in the list)."""
-        firing: list[Fault] = []
-        failing: Fault | None = None
-        with self._lock:
-            for fault in self._faults:
-                if fault.exhausted or (fault.code and failing) or not fault.matches(call):
-                    continue
-                fault.seen += 1
-                if fault.seen <= fault.skip:
-                    continue
-                fault.fired += 1
-                if fault.code:
-                    failing = fault
-                else:
-                    firing.append(fault)
-        return [*firing, failing] if failing else firing

@@ -48,6 +48,8 @@ from typing import Any, cast
 
 from aiohttp import web
 
+from fakes.faults import CallLog
+
 from . import errors, resources
 from .api import WATCHES, Api, respond
 from .cluster import Cluster, StandInKubelet
@@ -100,7 +102,7 @@ class KubeServer:
         }
         self._node_specs = list(nodes)
         self._node_index = itertools.count()
-        self._log: list[Logged] = []
+        self._log = CallLog[Logged]()
         self._seq = itertools.count(1)
         self._lock = threading.Lock()
         self._tmp = tempfile.TemporaryDirectory(prefix="kube-fake-")
@@ -248,10 +250,12 @@ class KubeServer:
             if identity is None and request.path not in OPEN_PATHS:
                 raise errors.unauthorized()
             failing = None
-            for fault in self.faults.pick(call):
+            for fault in self.faults.pick(call):  # fakes/faults.py's fire, without blocking
                 if fault.delay:
                     await asyncio.sleep(fault.delay)
-                if fault.code:
+                if fault.effect is not None:
+                    fault.effect(call)
+                if fault.fails:
                     failing = fault
             if failing is not None and not failing.after:
                 injected = True
@@ -299,7 +303,7 @@ class KubeServer:
     ) -> list[Logged]:
         """The calls served so far (optionally of one verb, resource; after seq `since`)."""
         with self._lock:
-            log = list(self._log)
+            log = self._log.entries()
         return [
             c
             for c in log
@@ -313,7 +317,8 @@ class KubeServer:
 
     def last_seq(self) -> int:
         with self._lock:
-            return self._log[-1].call.seq if self._log else 0
+            log = self._log.entries()
+            return log[-1].call.seq if log else 0
 
     def clear_calls(self) -> None:
         with self._lock:

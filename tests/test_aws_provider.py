@@ -82,7 +82,7 @@ def test_bootstrap_creates_what_is_missing_once(server: MotoServer, vpc: Loopbac
     assert any(line.startswith("created key pair launcher-prov-us-west-2") for line in made)
     assert any("created security group launcher-prov" in line for line in made)
     assert any("IAM instance profile launcher-head-prov" in line for line in made)
-    key = Path(provider.ssh_private_key() or "")
+    key = Path(provider.access.ssh_private_key() or "")
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     assert "PRIVATE KEY" in key.read_text()
     # A second `up` (a new provider, as a new process would make) creates nothing.
@@ -119,7 +119,7 @@ def test_head_gets_the_instance_profile_and_workers_do_not(
     assert "IamInstanceProfile.Arn" not in runs[1] and "IamInstanceProfile.Name" not in runs[1]
     assert head.ip is not None and head.ip.startswith("127.16.1.")
     assert worker.ip is not None and worker.ip.startswith("127.16.")
-    assert provider.ray_address(head) == f"{head.ip}:6379"
+    assert provider.access.ray_address(head) == f"{head.ip}:6379"
     assert {n.id for n in provider.nodes()} == {head.id, worker.id}
     assert provider.head() == next(n for n in provider.nodes() if n.id == head.id)
 

@@ -346,11 +346,11 @@ def test_a_key_made_under_the_exact_cluster_name_is_kept_while_the_cluster_uses_
     assert derived != "launcher-gcp-ML-prod" and GCE_NAME.valid(derived)
     (tmp_path / "keys").mkdir()
     (tmp_path / "keys" / "launcher-gcp-ML-prod.pem").write_text("old key")
-    assert GcpProvider(_config("ML-prod")).ssh_private_key() == str(
+    assert GcpProvider(_config("ML-prod")).access.ssh_private_key() == str(
         tmp_path / "keys" / "launcher-gcp-ML-prod.pem"
     )
     assert GcpSpec().derived_names(_config("ML-prod"))["SSH key file"] == "launcher-gcp-ML-prod"
     (tmp_path / "keys" / f"{derived}.pem").write_text("new key")
-    assert GcpProvider(_config("ML-prod")).ssh_private_key() == str(
+    assert GcpProvider(_config("ML-prod")).access.ssh_private_key() == str(
         tmp_path / "keys" / f"{derived}.pem"
     )

@@ -70,6 +70,7 @@ class _Provider:
         self.reclaimed: list[str] = []
         self.terminated: list[str] = []
         self.listings = 0
+        self.access = self  # reaches its nodes itself: stop_node_ray below
 
     def nodes(self) -> list[Node]:
         self.listings += 1

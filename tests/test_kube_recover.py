@@ -219,7 +219,7 @@ def test_execs_connecting_at_once_leave_the_providers_calls_alone(
         provider = make_provider(parse_config(CONFIG, "k.yaml", Overrides()))
         provider.bootstrap()
         (head,) = provider.create_nodes(provider.config.node_types["head"], NodeKind.HEAD, 1, {})
-        runner = provider.command_runner(head, tmp_path / "node.log")
+        runner = provider.access.command_runner(head, tmp_path / "node.log")
         assert isinstance(runner, KubeExecRunner)  # one runner, as a supervisor's session has
         runner.attempts = 1
         runner.run("true", {})  # it has read the pod's container once

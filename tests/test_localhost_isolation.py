@@ -14,8 +14,8 @@ import pytest
 
 from launcher.config.loader import parse_config
 from launcher.providers.base import Node, NodeKind, NodeState
-from launcher.providers.localhost import provider as localhost
 from launcher.providers.localhost.machine import claims, machine_lock
+from launcher.providers.localhost.node_files import read_json
 from launcher.providers.localhost.processes import is_alive
 from launcher.providers.localhost.provider import LocalhostProvider
 from tests.conftest import run_cli
@@ -47,7 +47,7 @@ def test_down_of_a_cluster_leaves_another_homes_process_of_that_name(
     provider = _provider("shared-name")
     provider.cleanup(purge=True)
     assert (
-        provider.stop_node_ray(
+        provider.access.stop_node_ray(
             Node("w-1", NodeKind.WORKER, "worker", None, NodeState.RUNNING), None
         )
         is None
@@ -63,7 +63,7 @@ def test_a_cluster_stops_its_own_processes_by_its_key(
     provider = _provider("shared-name")
     config = provider.config
     (node,) = provider.create_nodes(config.node_types["worker"], NodeKind.WORKER, 1, {})
-    env = dict(os.environ, **provider.node_env(node, None))
+    env = dict(os.environ, **provider.access.node_env(node, None))
     assert env["LAUNCHER_CLUSTER_KEY"] == provider.cluster_key()
     own = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=env)
     try:
@@ -89,7 +89,7 @@ def test_two_homes_never_get_one_address_or_port(
         for node in (head, worker):
             assert node.ip is not None and node.ip not in given, (node.ip, given)
             given[node.ip] = home
-            record = localhost._read_json(provider.nodes_dir / node.id / "node.json")
+            record = read_json(provider.nodes_dir / node.id / "node.json")
             assert record is not None
             ports.extend(record["ports"].values())
         made.append(provider)
@@ -121,7 +121,7 @@ def test_a_cluster_whose_state_was_lost_still_finds_its_processes(
     monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "home"))
     provider = _provider("lost")
     (node,) = provider.create_nodes(provider.config.node_types["worker"], NodeKind.WORKER, 1, {})
-    env = dict(os.environ, **provider.node_env(node, None))
+    env = dict(os.environ, **provider.access.node_env(node, None))
     own = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(600)"], env=env, cwd=tmp_path
     )

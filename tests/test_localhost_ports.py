@@ -14,6 +14,7 @@ from launcher.config.loader import parse_config
 from launcher.errors import ProviderError
 from launcher.providers.base import NodeKind
 from launcher.providers.localhost import provider as localhost
+from launcher.providers.localhost.node_files import read_json, write_json
 from launcher.providers.localhost.provider import LocalhostProvider
 
 
@@ -23,7 +24,7 @@ def _provider(name: str) -> LocalhostProvider:
 
 
 def _ports(provider: LocalhostProvider, node_id: str) -> dict[str, int]:
-    record = localhost._read_json(provider.nodes_dir / node_id / "node.json")
+    record = read_json(provider.nodes_dir / node_id / "node.json")
     assert record is not None
     ports: dict[str, int] = record["ports"]
     return ports
@@ -82,9 +83,7 @@ def test_a_port_handed_out_twice_owned_by_a_stopped_node_or_rays_is_not_given(
     provider = _provider("old")
     provider.bootstrap()
     (provider.nodes_dir / "h-old").mkdir()
-    localhost._write_json(
-        provider.nodes_dir / "h-old" / "node.json", {"id": "h-old", "ports": {"ray": 6000}}
-    )
+    write_json(provider.nodes_dir / "h-old" / "node.json", {"id": "h-old", "ports": {"ray": 6000}})
     kernel = _Kernel([6000, 7000, 7000, 7001, 15000, 6000, 7002, 7003])
     monkeypatch.setattr(socket, "socket", kernel)
     ports = localhost._free_ports(["agent", "ray", "client", "dashboard"], localhost._given().ports)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 
 from launcher.config.loader import parse_config
-from launcher.providers.aws.provider import AwsProvider
+from launcher.providers.aws.access import AwsAccess
 from launcher.providers.base import Node, NodeKind, NodeState
-from launcher.providers.gcp.provider import GcpProvider
-from launcher.providers.kubernetes.provider import KubernetesProvider
-from launcher.providers.localhost.provider import DEFAULT_OBJECT_STORE_BYTES, LocalhostProvider
-from launcher.providers.onprem.provider import OnPremProvider
+from launcher.providers.kubernetes.access import KubeExecAccess
+from launcher.providers.localhost.access import DEFAULT_OBJECT_STORE_BYTES, LocalhostAccess
+from launcher.providers.localhost.provider import LocalhostProvider
+from launcher.providers.onprem.provider import OnPremAccess
+from launcher.providers.ssh_access import SshNodeAccess
 
 CONFIG = parse_config(
     "cluster_name: env\nprovider: {type: aws, region: us-west-2}\n"
@@ -35,24 +36,23 @@ def _node(node_type: str) -> Node:
 
 
 def test_cloud_providers_pass_the_types_resources_and_labels_to_ray_start() -> None:
-    provider = AwsProvider.__new__(AwsProvider)  # no cloud client is needed for this
-    provider.config = CONFIG
+    access = AwsAccess(CONFIG, None, {})  # no cloud client is needed for this
     # As Ray fills them out: what the config says, memory from the instance size.
-    head = json.loads(provider.ray_start_env(_node("head"))["RAY_OVERRIDE_RESOURCES"])
+    head = json.loads(access.ray_start_env(_node("head"))["RAY_OVERRIDE_RESOURCES"])
     assert head["CPU"] == 0 and head["memory"] > 0
-    gpu = provider.ray_start_env(_node("gpu"))
+    gpu = access.ray_start_env(_node("gpu"))
     resources = json.loads(gpu["RAY_OVERRIDE_RESOURCES"])
     assert {k: resources[k] for k in ("CPU", "GPU", "accel")} == {"CPU": 4, "GPU": 1, "accel": 2}
     assert json.loads(gpu["RAY_OVERRIDE_LABELS"]) == {"zone-kind": "spot"}
-    assert provider.ray_start_env(_node("gone-from-the-config")) == {}
+    assert access.ray_start_env(_node("gone-from-the-config")) == {}
 
 
 def test_which_providers_override_what_ray_detects() -> None:
-    assert AwsProvider.overrides_ray_resources
-    assert GcpProvider.overrides_ray_resources
-    assert KubernetesProvider.overrides_ray_resources
-    assert not OnPremProvider.overrides_ray_resources  # as Ray: each machine its own
-    assert LocalhostProvider.overrides_ray_resources
+    assert AwsAccess.overrides_ray_resources
+    assert SshNodeAccess.overrides_ray_resources  # GCP's
+    assert KubeExecAccess.overrides_ray_resources
+    assert not OnPremAccess.overrides_ray_resources  # as Ray: each machine its own
+    assert LocalhostAccess.overrides_ray_resources
 
 
 def test_localhost_nodes_get_a_small_object_store_unless_the_type_gives_one() -> None:
@@ -65,7 +65,7 @@ def test_localhost_nodes_get_a_small_object_store_unless_the_type_gives_one() ->
         "env.yaml",
     )
     provider = LocalhostProvider(config)
-    head = json.loads(provider.ray_start_env(_node("head"))["RAY_OVERRIDE_RESOURCES"])
+    head = json.loads(provider.access.ray_start_env(_node("head"))["RAY_OVERRIDE_RESOURCES"])
     assert head == {"CPU": 1, "object_store_memory": DEFAULT_OBJECT_STORE_BYTES}
-    big = json.loads(provider.ray_start_env(_node("big"))["RAY_OVERRIDE_RESOURCES"])
+    big = json.loads(provider.access.ray_start_env(_node("big"))["RAY_OVERRIDE_RESOURCES"])
     assert big == {"CPU": 2, "object_store_memory": 1000000000}

@@ -37,6 +37,7 @@ from launcher.providers.base import (
     wait_unlisted,
 )
 from launcher.providers.factory import make_provider
+from launcher.providers.simulation import simulation_of
 from launcher.updater.runner import node_runner
 
 GONE_WAIT_S = 300.0  # a cloud takes a minute or two to terminate a machine
@@ -146,13 +147,14 @@ def kill_node(
     check_flags(hard=hard, head=node.kind is NodeKind.HEAD, notice_s=notice_s)
     if not hard:
         runner = node_runner(provider, config, node, node_log(config.cluster_name, node.id))
-        problem = provider.stop_node_ray(node, runner)
+        problem = provider.access.stop_node_ray(node, runner)
         if problem:
             raise LauncherError(f"could not stop Ray on {node.kind.value} {node.id}: {problem}")
         return KillResult(node, Kill.RAY_STOPPED)
+    simulation = simulation_of(provider)
     if notice_s:
         at = time.time() + notice_s
-        if not provider.notify_reclaim(node, at):
+        if simulation is None or not simulation.notify_reclaim(node, at):
             raise UsageError(
                 f"worker {node.id} ({node.node_type}) cannot be given a reclaim notice here: "
                 "only workers of a localhost type with `node_config: {simulated_spot: true}` "
@@ -161,7 +163,7 @@ def kill_node(
         if on_notice is not None:
             on_notice(node, at)
         sleep(notice_s)
-    if provider.reclaim_node(node):
+    if simulation is not None and simulation.reclaim_node(node):
         _wait_until(provider, node, reclaimed=True, clock=clock, sleep=sleep)
         return KillResult(node, Kill.RECLAIMED)
     provider.terminate_nodes([node.id])

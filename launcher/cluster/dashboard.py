@@ -99,7 +99,7 @@ def forwarded_dashboard(
             "Ray with --include-dashboard=false); remove that flag from "
             "head_start_ray_commands and run `launcher up` again"
         )
-    opener = session.provider.port_opener(session.head, host_runner(session.runner))
+    opener = session.provider.access.port_opener(session.head, host_runner(session.runner))
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(forwarding([(local_port, remote_port)], opener))

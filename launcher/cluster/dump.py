@@ -133,7 +133,9 @@ def dump(
 
         head = session.head
         jobs = [_Job(autoscaler_target(head), runner(head, daemon=True), session.env)]
-        jobs += [_Job(ray_target(config, n), runner(n), provider.node_env(n, head)) for n in nodes]
+        jobs += [
+            _Job(ray_target(config, n), runner(n), provider.access.node_env(n, head)) for n in nodes
+        ]
         base = DumpResult(output, config.cluster_name, when, options.max_bytes, tuple(nodes), ())
         return _gather(base, jobs, staging, _locked(progress or (lambda _line: None)))
 

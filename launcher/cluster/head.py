@@ -67,8 +67,8 @@ def connect(
         )
     # Through the head's container when it has one: Ray, and the autoscaler, are in it.
     runner = node_runner(provider, config, head, node_log(config.cluster_name, head.id))
-    env = provider.node_env(head, head)
-    env["RAY_ADDRESS"] = provider.ray_address(head)
+    env = provider.access.node_env(head, head)
+    env["RAY_ADDRESS"] = provider.access.ray_address(head)
     # Ray's own autoscaler runs read-only beside ours and would tell drivers that no node
     # type fits their demand; that is our job, so its scheduler events are turned off.
     env["RAY_SCHEDULER_EVENTS"] = "0"
@@ -79,7 +79,7 @@ def daemon_runner_of(provider: NodeProvider, head_runner: CommandRunner) -> Comm
     """Where the autoscaler (and its files) are, given the head's runner: with the head's
     Ray (in its container) where the head is a machine of its own; on this machine's host
     where the head shares this machine."""
-    return head_runner if provider.installs_launcher_on_head else host_runner(head_runner)
+    return head_runner if provider.traits.installs_launcher_on_head else host_runner(head_runner)
 
 
 def read_head_file(session: HeadSession, path: str) -> str | None:

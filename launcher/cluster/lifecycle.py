@@ -80,7 +80,7 @@ def refuse_unsupported(config: ClusterConfig, provider: NodeProvider) -> None:
     images = config.docker.enabled or any(
         t.docker is not None and t.docker.worker_image for t in config.node_types.values()
     )
-    if not (images and config.docker.container_name) or provider.containers_run != "here":
+    if not (images and config.docker.container_name) or provider.traits.containers_run != "here":
         return
     engine = "podman" if config.docker.use_podman else "docker"
     fix = (
@@ -136,9 +136,11 @@ def up(
         # A head the updater left alone is as listed: its record is not read again.
         session = connect(config, provider, head if steps.nothing else None)
         spec = AutoscalerSpec(text, path, overrides)
-        python = shlex.quote(provider.head_python())
-        if provider.installs_launcher_on_head:
-            spec, python = _prepare_remote_head(session, spec, events, provider.ssh_private_key())
+        python = shlex.quote(provider.access.head_python())
+        if provider.traits.installs_launcher_on_head:
+            spec, python = _prepare_remote_head(
+                session, spec, events, provider.access.ssh_private_key()
+            )
         daemon = ensure_daemon(session, spec, python)
         events(Message(f"autoscaler {daemon} on the head"))
     workers: tuple[Node, ...] = ()
@@ -164,7 +166,7 @@ def _prepare_remote_head(
     the workers. Returns the autoscaler's spec and the head's Python to run it with."""
     config = session.config
     spec_of = provider_spec(config.provider.type)
-    choice = PythonChoice(config.provider.head_python, session.provider.ray_paths(head=True))
+    choice = PythonChoice(config.provider.head_python, session.provider.access.ray_paths(head=True))
     wheel, outcome = install_on_head(
         session.runner,
         session.env,
@@ -261,7 +263,7 @@ def _worker_log(session: HeadSession, node_id: str) -> tuple[Path | None, str]:
     """A worker's log as the autoscaler writes it: a file on this machine where the
     autoscaler runs here (and its path), else its path on the head, for a shell there."""
     path = node_log(session.config.cluster_name, node_id)
-    if not session.provider.installs_launcher_on_head:
+    if not session.provider.traits.installs_launcher_on_head:
         return path, str(path)
     return None, "~/.launcher/" + shlex.quote(str(path.relative_to(launcher_home())))
 

@@ -69,7 +69,7 @@ def _forwarded(session: HeadSession, ports: Sequence[tuple[int, int]]) -> Iterat
         yield
         return
     # To the head's host: a container shares its network (--net=host).
-    opener = session.provider.port_opener(session.head, host_runner(session.runner))
+    opener = session.provider.access.port_opener(session.head, host_runner(session.runner))
     with forwarding(list(ports), opener):
         yield
 

@@ -34,7 +34,7 @@ def make_provider(config: ClusterConfig, on_head: bool = False) -> NodeProvider:
             f"pip install 'launcher[{extra}]'"
         ) from exc
     implementation: type[NodeProvider] = getattr(module, class_name)
-    if implementation.logs_in_over_ssh and not on_head:
+    if implementation.traits.logs_in_over_ssh and not on_head:
         _require_private_key(config)
     return implementation(config, on_head)
 

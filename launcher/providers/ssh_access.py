@@ -11,13 +11,15 @@ own, and its key is pinned afresh instead of refused as changed.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from launcher.config.model import AuthConfig
+from launcher.config.model import AuthConfig, ClusterConfig
 from launcher.errors import ProviderError, UsageError
 from launcher.paths import cluster_dir
-from launcher.providers.base import Node
+from launcher.providers.access import NodeAccess
+from launcher.providers.nodes import Node
 from launcher.runners.base import CommandRunner
 from launcher.runners.forward import PortOpener
 from launcher.runners.known_hosts import KnownHosts
@@ -67,25 +69,48 @@ class SSHAccess:
             self._runners.clear()
 
 
-class InstanceAccess:
-    """How a cloud provider reaches its instances: SSH to each node's address as the
-    config's `auth` says, with `key` (the config's, or one the launcher manages for the
-    cluster) as the private key. The connections are made on first use."""
+class SshNodeAccess(NodeAccess):
+    """Nodes reached over SSH as the config's `auth` says, with `key` (the config's, or one
+    the launcher manages for the cluster) as the private key, at the address `address`
+    gives (a node's listed IP unless told otherwise). Connections are made on first use and
+    shared by the commands of one process (and with the provider's own, where it passes its
+    `ssh`); ports are forwarded through them. `by_node`: a runner belongs to the node id, so
+    a new machine at a reused address is pinned afresh (clouds); False where the machine
+    is known by its address (on-prem)."""
 
-    def __init__(self, cluster_name: str, auth: AuthConfig, key: str | None) -> None:
-        self.cluster_name = cluster_name
+    def __init__(
+        self,
+        config: ClusterConfig,
+        key: str | None,
+        *,
+        address: Callable[[Node], str | None] = lambda node: node.ip,
+        ssh: SSHAccess | None = None,
+        by_node: bool = True,
+    ) -> None:
+        super().__init__(config)
+        auth = config.auth
         self.auth = auth if key == auth.ssh_private_key else replace(auth, ssh_private_key=key)
-        self._access: SSHAccess | None = None
+        self._key = key
+        self._address = address
+        self._by_node = by_node
+        self._ssh = ssh
         self._lock = threading.Lock()
 
-    def runner(self, node: Node, log_path: Path) -> SSHRunner:
-        if not node.ip:
-            raise ProviderError(f"instance {node.id} has no address yet")
+    def ssh_private_key(self) -> str | None:
+        return self._key
+
+    def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
+        host = self._address(node)
+        if not host:
+            raise ProviderError(f"node {node.id} has no address yet")
         with self._lock:
-            if self._access is None:
-                self._access = SSHAccess(self.cluster_name, self.auth)
-            access = self._access
-        return access.runner(node.ip, log_path, node=node.id)
+            if self._ssh is None:
+                self._ssh = SSHAccess(self.cluster_name, self.auth)
+            ssh = self._ssh
+        return ssh.runner(host, log_path, node=node.id if self._by_node else None)
+
+    def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
+        return ssh_tunnel(runner)
 
 
 def ssh_tunnel(runner: CommandRunner) -> PortOpener:

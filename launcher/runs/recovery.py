@@ -117,7 +117,7 @@ def kill_orphaned_ray(
     def kill(node: Node) -> str | None:
         try:
             runner = node_runner(provider, config, node, node_log(config.cluster_name, node.id))
-            return provider.stop_node_ray(node, runner, force=True)
+            return provider.access.stop_node_ray(node, runner, force=True)
         except LauncherError as exc:
             return str(exc)
 

@@ -398,7 +398,7 @@ class Supervisor:
             self._update(state=RunState.RUNNING)
             return
         head_type = self._replacement_type(open_recovery)
-        replaceable = self.provider.replaces_lost_head
+        replaceable = self.provider.traits.replaces_lost_head
         tries = self.options.recovery_tries if replaceable else 1
         problem = ""
         for attempt in range(1, tries + 1):
@@ -430,7 +430,7 @@ class Supervisor:
     def _unrecoverable(self, open_recovery: Recovery, problem: str) -> str:
         storage = self.run.storage_path
         kept = f"; the run's storage is kept at {storage}" if storage else ""
-        if not self.provider.replaces_lost_head:
+        if not self.provider.traits.replaces_lost_head:
             return (
                 f"the head {open_recovery.lost_head} is lost and cannot be replaced here (an "
                 f"on-prem head is the one machine provider.head_ip names), nor did Ray start "

@@ -16,14 +16,14 @@ from launcher.runners.container import ContainerRunner, container_for
 def node_runner(
     provider: NodeProvider, config: ClusterConfig, node: Node, log_path: Path
 ) -> CommandRunner:
-    host = provider.command_runner(node, log_path)
+    host = provider.access.command_runner(node, log_path)
     spec = container_for(
         config,
         node.node_type,
         head=node.kind is NodeKind.HEAD,
-        mounts=provider.container_mounts(node),
+        mounts=provider.access.container_mounts(node),
     )
     if spec is None:
         return host
-    named = provider.container_name(node, spec.name)
+    named = provider.access.container_name(node, spec.name)
     return ContainerRunner(host, spec if named == spec.name else replace(spec, name=named))

@@ -145,7 +145,7 @@ class NodeUpdater:
             self._stage(NodeStatus.WAITING, "waiting for the node")
             self._wait_ready()
             self._learn_address()
-            env = self.provider.node_env(self.node, self.head)
+            env = self.provider.access.node_env(self.node, self.head)
             commands = self.config.commands_for(self.node.node_type, head=self.is_head)
             initialization = commands.initialization
             if isinstance(self.runner, ContainerRunner):
@@ -184,13 +184,13 @@ class NodeUpdater:
         self._stage(NodeStatus.STARTING_RAY, "starting Ray")
         self._place_bootstrap_config(start_commands)
         bound = ray_start_bound(self.config)
-        with self.provider.ray_start_guard(self.node):
-            problem = self.provider.before_ray_start(self.node, self.runner)
+        with self.provider.access.ray_start_guard(self.node):
+            problem = self.provider.access.before_ray_start(self.node, self.runner)
             if problem is not None:
                 raise self._fail(problem)
-            start_env = {**env, **self.provider.ray_start_env(self.node)}
+            start_env = {**env, **self.provider.access.ray_start_env(self.node)}
             self._run_all(start_commands, start_env, bound)
-        self._run_all(self.provider.after_ray_start(self.node), env, bound)
+        self._run_all(self.provider.access.after_ray_start(self.node), env, bound)
 
     @property
     def _setup_bound(self) -> Bound:

@@ -155,7 +155,7 @@ def test_stopped_nodes_are_resumed_where_the_provider_keeps_them(
     provider.stop_nodes([node.id])
     assert node.id not in ids(eventually(provider, lambda ns: node.id not in ids(ns)))
     (again,) = provider.create_nodes(worker, NodeKind.WORKER, 1, {})
-    if provider.keeps_stopped_nodes:
+    if provider.traits.keeps_stopped_nodes:
         assert again.id == node.id  # resumed, not made anew
     provider.terminate_nodes([again.id])
     assert again.id not in ids(eventually(provider, lambda ns: again.id not in ids(ns)))

@@ -32,12 +32,12 @@ import threading
 import time
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ProviderError
 from launcher.providers.aws import iam, keys, launch_journal, network, removed_journal
+from launcher.providers.aws.access import AwsAccess
 from launcher.providers.aws.bootstrap import group_name, own_key_name, resolve
 from launcher.providers.aws.clients import (
     AwsClients,
@@ -60,11 +60,9 @@ from launcher.providers.aws.instances import (
 from launcher.providers.aws.launch import (
     LaunchContext,
     Placement,
-    is_spot,
     placements_to_try,
     run_request,
 )
-from launcher.providers.aws.notices import watcher_command
 from launcher.providers.aws.spec import AwsProviderConfig
 from launcher.providers.base import (
     TAG_AUTOSTOPPED,
@@ -76,12 +74,12 @@ from launcher.providers.base import (
     NodeKind,
     NodeProvider,
     NodeState,
+    ProviderTraits,
+    new_node_tags,
 )
 from launcher.providers.caller import public_address
 from launcher.providers.keyfiles import key_path
-from launcher.providers.ssh_access import InstanceAccess, known_hosts_path, ssh_tunnel
-from launcher.runners.base import CommandRunner
-from launcher.runners.forward import PortOpener
+from launcher.providers.ssh_access import known_hosts_path
 from launcher.runners.known_hosts import KnownHosts
 
 PUBLIC_IP_WAIT_S = 180.0
@@ -99,8 +97,7 @@ UNSETTLED_CODES = frozenset(
 
 
 class AwsProvider(NodeProvider):
-    installs_launcher_on_head = True
-    logs_in_over_ssh = True
+    traits = ProviderTraits(installs_launcher_on_head=True, logs_in_over_ssh=True)
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         super().__init__(config, on_head)
@@ -133,7 +130,10 @@ class AwsProvider(NodeProvider):
         key = config.auth.ssh_private_key
         name = own_key_name(config)
         self._key = key if key else (str(key_path(name)) if name else None)
-        self._instances_access = InstanceAccess(self.cluster_name, config.auth, self._key)
+        self.access = AwsAccess(config, self._key, self._private_ips)
+        self.traits = dataclasses.replace(
+            type(self).traits, keeps_stopped_nodes=settings.cache_stopped_nodes
+        )
 
     # -- bootstrap ----------------------------------------------------------------------
     def bootstrap(self, wait_s: float = 300.0) -> list[str]:
@@ -292,7 +292,7 @@ class AwsProvider(NodeProvider):
         request_id: str | None = None,
     ) -> list[Node]:
         all_tags = {
-            **self.new_node_tags(node_type, kind, tags, request_id),
+            **new_node_tags(self.cluster_name, node_type, kind, tags, request_id),
             TAG_LAUNCH_CONFIG: launch_config_digest(node_type.node_config),
             "Name": f"launcher-{self.cluster_name}-{kind.value}",
         }
@@ -491,18 +491,6 @@ class AwsProvider(NodeProvider):
         return [n for n in found if n is not None]
 
     # -- changing -----------------------------------------------------------------------
-    @property
-    def keeps_stopped_nodes(self) -> bool:
-        return self.settings.cache_stopped_nodes
-
-    def after_ray_start(self, node: Node) -> tuple[str, ...]:
-        node_type = self.config.node_types.get(node.node_type)
-        if node.kind is not NodeKind.WORKER or node_type is None:
-            return ()
-        if not is_spot(node_type.node_config):
-            return ()
-        return (watcher_command(node.id, self.gcs_port()),)
-
     def stopped_nodes(self) -> list[Node]:
         found = []
         for instance in self._instances(("stopping", "stopped")):
@@ -597,27 +585,6 @@ class AwsProvider(NodeProvider):
 
     def _tag(self, ids: list[str], tags: Mapping[str, str]) -> None:
         self.clients.ec2.create_tags(Resources=ids, Tags=aws_tags(tags))
-
-    # -- reaching nodes -----------------------------------------------------------------
-    def ssh_private_key(self) -> str | None:
-        return self._key
-
-    def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
-        return self._instances_access.runner(node, log_path)
-
-    def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
-        return ssh_tunnel(runner)
-
-    def node_env(self, node: Node, head: Node | None) -> dict[str, str]:
-        env = super().node_env(node, head)
-        if node.id in self._private_ips:
-            env["LAUNCHER_NODE_IP"] = self._private_ips[node.id]
-        if head is not None and head.id in self._private_ips:
-            env["RAY_HEAD_IP"] = self._private_ips[head.id]
-        return env
-
-    def ray_address(self, head: Node) -> str:
-        return f"{self._private_ips.get(head.id, head.ip)}:{self.gcs_port()}"
 
     # -- taking down --------------------------------------------------------------------
     def cleanup(self, purge: bool = False) -> list[str]:

@@ -44,6 +44,8 @@ from launcher.providers.base import (
     NodeKind,
     NodeProvider,
     NodeState,
+    ProviderTraits,
+    new_node_tags,
 )
 from launcher.providers.caller import public_address
 from launcher.providers.gcp import accounts, firewall, names
@@ -69,9 +71,7 @@ from launcher.providers.gcp.instances import (
 )
 from launcher.providers.gcp.spec import GcpProviderConfig
 from launcher.providers.keyfiles import ensure_key, public_key
-from launcher.providers.ssh_access import InstanceAccess, ssh_tunnel
-from launcher.runners.base import CommandRunner
-from launcher.runners.forward import PortOpener
+from launcher.providers.ssh_access import SshNodeAccess
 
 RATE_LIMIT_RETRIES = 6
 LABEL_RETRIES = 5
@@ -83,8 +83,7 @@ def kind_of(tags: Mapping[str, str]) -> NodeKind:
 
 
 class GcpProvider(NodeProvider):
-    installs_launcher_on_head = True
-    logs_in_over_ssh = True
+    traits = ProviderTraits(installs_launcher_on_head=True, logs_in_over_ssh=True)
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         super().__init__(config, on_head)
@@ -98,7 +97,10 @@ class GcpProvider(NodeProvider):
         self._answered: set[str] = set()  # reclaimed workers already removed
         key = config.auth.ssh_private_key
         self._key = key or str(names.key_file(self.cluster_name))
-        self._instances_access = InstanceAccess(self.cluster_name, config.auth, self._key)
+        self.access = SshNodeAccess(config, self._key)
+        self.traits = dataclasses.replace(
+            type(self).traits, keeps_stopped_nodes=settings.cache_stopped_nodes
+        )
         self._cluster_label = encode_value(self.cluster_name)
         self._key_line: str | None = None  # ssh-keys entry, read from the key file once
         self._apis = threading.local()  # this thread's compute.instances() and friends
@@ -325,8 +327,8 @@ class GcpProvider(NodeProvider):
         request_id: str | None = None,
     ) -> list[Node]:
         request_id = request_id or uuid.uuid4().hex
-        all_tags = self.new_node_tags(node_type, kind, tags, request_id)
-        created = [n for n in self.made_by(request_id) if n.node_type == node_type.name][:count]
+        all_tags = new_node_tags(self.cluster_name, node_type, kind, tags, request_id)
+        created = [n for n in self._made_by(request_id) if n.node_type == node_type.name][:count]
         # Stopped nodes of the type are started again: workers the autoscaler stopped, and a
         # head (with its workers) stopped by the cluster's autostop.
         if len(created) < count and self.settings.cache_stopped_nodes:
@@ -461,7 +463,7 @@ class GcpProvider(NodeProvider):
                 found.append(node)
         return found
 
-    def made_by(self, request_id: str | None) -> list[Node]:
+    def _made_by(self, request_id: str | None) -> list[Node]:
         if not request_id:
             return []
         condition = f'labels.{TAG_LAUNCH_ID} = "{encode_value(request_id)}"'
@@ -504,10 +506,6 @@ class GcpProvider(NodeProvider):
         return nodes
 
     # -- changing ------------------------------------------------------------------------
-    @property
-    def keeps_stopped_nodes(self) -> bool:
-        return self.settings.cache_stopped_nodes
-
     def _zone_for(self, name: str) -> str | None:
         with self._lock:
             zone = self._zone.get(name)
@@ -624,13 +622,3 @@ class GcpProvider(NodeProvider):
 
     def _firewall_names(self) -> list[str]:
         return [names.ssh_rule(self.cluster_name), names.internal_rule(self.cluster_name)]
-
-    # -- reaching nodes ------------------------------------------------------------------
-    def ssh_private_key(self) -> str | None:
-        return self._key
-
-    def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
-        return self._instances_access.runner(node, log_path)
-
-    def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
-        return ssh_tunnel(runner)

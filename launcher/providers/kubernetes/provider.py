@@ -22,7 +22,6 @@ import threading
 import time
 import uuid
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from launcher.config.model import ClusterConfig, NodeType
@@ -32,8 +31,11 @@ from launcher.providers.base import (
     Node,
     NodeKind,
     NodeProvider,
+    ProviderTraits,
+    new_node_tags,
 )
 from launcher.providers.kubernetes import objects
+from launcher.providers.kubernetes.access import KubeExecAccess
 from launcher.providers.kubernetes.clients import KubeApis, connect
 from launcher.providers.kubernetes.names import label_problem
 from launcher.providers.kubernetes.objects import (
@@ -53,8 +55,6 @@ from launcher.providers.kubernetes.pods import (
     unschedulable,
 )
 from launcher.providers.kubernetes.spec import KubernetesProviderConfig
-from launcher.runners.base import CommandRunner
-from launcher.runners.forward import PortOpener
 
 DELETE_GRACE_S = 5  # a pod's processes get SIGTERM, then SIGKILL this much later
 GONE_WAIT_S = 120.0  # how long `terminate_nodes` waits for deleted pods to be gone
@@ -62,7 +62,7 @@ POLL_S = (0.1, 1.0)  # first and longest pause between listings while waiting
 
 
 class KubernetesProvider(NodeProvider):
-    installs_launcher_on_head = True
+    traits = ProviderTraits(installs_launcher_on_head=True)
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         super().__init__(config, on_head)
@@ -75,6 +75,9 @@ class KubernetesProvider(NodeProvider):
         self.namespace = settings.namespace
         self._apis: KubeApis | None = None
         self._lock = threading.Lock()
+        self.access = KubeExecAccess(
+            config, self.namespace, lambda: self.apis.streams, settings.head_python
+        )
 
     @property
     def apis(self) -> KubeApis:
@@ -150,7 +153,7 @@ class KubernetesProvider(NodeProvider):
     def nodes(self) -> list[Node]:
         return _as_nodes(self._pods(cluster_selector(self.cluster_name)))
 
-    def made_by(self, request_id: str | None) -> list[Node]:
+    def _made_by(self, request_id: str | None) -> list[Node]:
         if not request_id:
             return []
         return _as_nodes(self._pods(_launch_selector(self.cluster_name, request_id)))
@@ -165,12 +168,12 @@ class KubernetesProvider(NodeProvider):
         request_id: str | None = None,
     ) -> list[Node]:
         request_id = request_id or uuid.uuid4().hex
-        made = self.made_by(request_id)
+        made = self._made_by(request_id)
         body = pod_body(
             node_type.node_config,
             cluster_name=self.cluster_name,
             kind=kind,
-            tags=self.new_node_tags(node_type, kind, tags, request_id),
+            tags=new_node_tags(self.cluster_name, node_type, kind, tags, request_id),
             service_account=self._service_account(),
         )
         body.setdefault("metadata", {})["namespace"] = self.namespace
@@ -184,7 +187,7 @@ class KubernetesProvider(NodeProvider):
     def _create_failed(self, node_type: NodeType, request_id: str, exc: Exception) -> ProviderError:
         message = message_of(exc)
         if status_of(exc) == 403 and "exceeded quota" in message:
-            made = self.made_by(request_id)
+            made = self._made_by(request_id)
             return CapacityError(node_type.name, ("",), message, created=made, scope="quota")
         return ProviderError(
             f"cannot create a {node_type.name} pod in namespace {self.namespace}: {message}"
@@ -286,27 +289,6 @@ class KubernetesProvider(NodeProvider):
                 if line:
                     removed.append(line)
         return removed
-
-    # -- reaching nodes ------------------------------------------------------------------
-    def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
-        from launcher.runners.kube_exec import KubeExecRunner
-
-        return KubeExecRunner(
-            self.apis.streams,
-            self.namespace,
-            node.id,
-            container=None,
-            base_env={},
-            log_path=log_path,
-        )
-
-    def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
-        from launcher.runners.kube_exec import pod_port_opener
-
-        return pod_port_opener(self.apis.streams, self.namespace, node.id)
-
-    def head_python(self) -> str:
-        return self.settings.head_python or "python3"
 
 
 def _as_nodes(pods: Iterable[Mapping[str, Any]]) -> list[Node]:

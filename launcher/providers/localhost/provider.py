@@ -16,12 +16,9 @@ ports are claimed machine-wide (see `machine.py`), whatever the home or user.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -40,34 +37,43 @@ from launcher.providers.base import (
     NodeProvider,
     NodeState,
     NodeStatus,
+    ProviderTraits,
+    made_by,
+    new_node_tags,
 )
+from launcher.providers.localhost.access import LocalhostAccess
 from launcher.providers.localhost.machine import claim, claims, machine_dir, machine_lock, release
+from launcher.providers.localhost.node_files import (
+    container_name_of,
+    container_of,
+    node_pids,
+    read_json,
+    write_json,
+)
 from launcher.providers.localhost.processes import (
     cluster_processes,
     kill_processes,
-    node_processes,
     snapshot,
     stop_processes,
 )
 from launcher.providers.localhost.spec import process_key, ray_temp_dir, state_dir
-from launcher.runners.base import CommandRunner
-from launcher.runners.container import ContainerSpec, container_for
-from launcher.runners.forward import PortOpener
-from launcher.runners.local import LocalProcessRunner
 
 _FIRST_HOST = 2  # 127.0.0.1 is rewritten by Ray to the machine's own address: avoid it
 _LAST_HOST = 254
-DEFAULT_OBJECT_STORE_BYTES = 256 * 2**20
 ZONE = "localhost"
 
 
 class LocalhostProvider(NodeProvider):
-    containers_run = "here"
+    """Nodes as this machine's processes; also plays a cloud's part for `simulated_spot`
+    types (`launcher.providers.simulation.SimulatesReclaims`)."""
+
+    traits = ProviderTraits(containers_run="here")
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         super().__init__(config, on_head)
         self.root = Path(state_dir(self.cluster_name))
         self.nodes_dir = self.root / "nodes"
+        self.access = LocalhostAccess(config)
 
     # -- NodeProvider -------------------------------------------------------------------
     def bootstrap(self, wait_s: float = 300.0) -> list[str]:
@@ -90,7 +96,7 @@ class LocalhostProvider(NodeProvider):
         }
         found = []
         for record in sorted(self.nodes_dir.glob("*/node.json")):
-            data = _read_json(record)
+            data = read_json(record)
             if data is None:
                 continue
             found.append(self._node(data, data["id"] in raylets))
@@ -109,7 +115,8 @@ class LocalhostProvider(NodeProvider):
         request_id: str | None = None,
     ) -> list[Node]:
         self.bootstrap()
-        created = [n for n in self.made_by(request_id) if n.node_type == node_type.name][:count]
+        earlier = made_by(self.nodes(), request_id)
+        created = [n for n in earlier if n.node_type == node_type.name][:count]
         if len(created) == count:
             return created
         if ZONE in avoid_zones:
@@ -137,10 +144,10 @@ class LocalhostProvider(NodeProvider):
                     "ip": _free_ip(given.ips),
                     "created_at": time.time(),
                     "ports": ports,
-                    "tags": self.new_node_tags(node_type, kind, tags, request_id),
+                    "tags": new_node_tags(self.cluster_name, node_type, kind, tags, request_id),
                 }
                 record = self.nodes_dir / node_id / "node.json"
-                _write_json(record, data)
+                write_json(record, data)
                 claim(record, data["ip"], list(ports.values()))
                 created.append(self._node(data, False))
         if len(created) < count:
@@ -155,10 +162,10 @@ class LocalhostProvider(NodeProvider):
     def terminate_nodes(self, node_ids: Sequence[str]) -> None:
         problems = []
         for node_id in node_ids:
-            data = _read_json(self.nodes_dir / node_id / "node.json")
-            spec = self._container(data) if data else None
+            data = read_json(self.nodes_dir / node_id / "node.json")
+            spec = container_of(self.config, data) if data else None
             if spec is not None:
-                problem = _remove_container(spec.engine, self._container_name(node_id, spec.name))
+                problem = _remove_container(spec.engine, container_name_of(node_id, spec.name))
                 if problem:
                     problems.append(f"{node_id}: {problem}")
                     continue
@@ -168,92 +175,19 @@ class LocalhostProvider(NodeProvider):
         if problems:
             raise ProviderError("could not remove the container of " + "; ".join(problems))
 
-    def container_name(self, node: Node, name: str) -> str:
-        return self._container_name(node.id, name)
-
-    @staticmethod
-    def _container_name(node_id: str, name: str) -> str:
-        # Every node is on this machine: one container each.
-        return f"{name}-{node_id}"
-
-    def _container(self, data: Mapping[str, Any]) -> ContainerSpec | None:
-        node_type = str(data.get("node_type", ""))
-        if node_type not in self.config.node_types:
-            return None
-        return container_for(self.config, node_type, head=data.get("kind") == NodeKind.HEAD)
-
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
         path = self.nodes_dir / node_id / "node.json"
-        data = _read_json(path)
+        data = read_json(path)
         if data is None:
             return
         data["tags"].update(tags)
-        _write_json(path, data)
-
-    def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
-        """The node's own address, else this machine's 127.0.0.1 (what a node's process
-        binds to "localhost", e.g. Ray's dashboard, is there: every node is this machine)."""
-        ip = node.ip or "127.0.0.1"
-
-        def open_port(port: int) -> socket.socket:
-            try:
-                return socket.create_connection((ip, port), timeout=10)
-            except ConnectionRefusedError:
-                if ip == "127.0.0.1":
-                    raise
-                return socket.create_connection(("127.0.0.1", port), timeout=10)
-
-        return open_port
-
-    def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
-        return LocalProcessRunner(self.nodes_dir / node.id / "home", {}, log_path)
-
-    def node_env(self, node: Node, head: Node | None) -> dict[str, str]:
-        env = super().node_env(node, head)
-        data = _read_json(self.nodes_dir / node.id / "node.json") or {}
-        head_data = _read_json(self.nodes_dir / head.id / "node.json") if head else None
-        head_ports = (head_data or {}).get("ports", {})
-        python_bin = str(Path(sys.executable).parent)
-        env.update(
-            LAUNCHER_RAY_PORT=str(head_ports.get("ray", "")),
-            LAUNCHER_CLIENT_PORT=str(head_ports.get("client", "")),
-            LAUNCHER_DASHBOARD_PORT=str(head_ports.get("dashboard", "")),
-            LAUNCHER_AGENT_PORT=str(data.get("ports", {}).get("agent", "")),
-            LAUNCHER_TEMP_DIR=self.temp_dir(),
-            LAUNCHER_HOME=str(launcher_home()),
-            LAUNCHER_CLUSTER_KEY=self.cluster_key(),
-            RAY_USAGE_STATS_ENABLED="0",
-        )
-        if self._container(data) is None:
-            # On the host, Ray is this launcher's; a container has its image's.
-            env["PATH"] = python_bin + os.pathsep + os.environ.get("PATH", "")
-        return env
-
-    def ray_resources(self, node_type: NodeType) -> dict[str, Any]:
-        # Many nodes share this machine's memory: a small object store unless one is given.
-        resources = super().ray_resources(node_type)
-        resources.setdefault("object_store_memory", DEFAULT_OBJECT_STORE_BYTES)
-        return resources
-
-    def ray_start_guard(self, node: Node) -> contextlib.AbstractContextManager[None]:
-        return machine_lock("localhost-ray-start.lock")
+        write_json(path, data)
 
     def _processes(self, node_id: str) -> list[int]:
-        return [p.pid for p in node_processes(self.cluster_key(), node_id)]
+        return node_pids(self.cluster_key(), node_id)
 
     def _stop(self, node_id: str) -> None:
         stop_processes(self._processes(node_id))
-
-    def stop_node_ray(self, node: Node, runner: CommandRunner, force: bool = False) -> str | None:
-        # Not `ray stop`: it would stop every Ray node on this machine.
-        if force:
-            kill_processes(self._processes(node.id))
-        else:
-            self._stop(node.id)
-        left = self._processes(node.id)
-        if left:
-            return f"{len(left)} process(es) of node {node.id} still run: pid {left[0]}"
-        return None
 
     def _spot_record(self, node: Node) -> tuple[Path, dict[str, Any]] | None:
         """The record of `node` (head or worker) when it is of a `simulated_spot` type."""
@@ -261,7 +195,7 @@ class LocalhostProvider(NodeProvider):
         if node_type is None or node_type.node_config.get("simulated_spot") is not True:
             return None
         path = self.nodes_dir / node.id / "node.json"
-        data = _read_json(path)
+        data = read_json(path)
         return None if data is None else (path, data)
 
     def notify_reclaim(self, node: Node, at: float) -> bool:
@@ -271,7 +205,7 @@ class LocalhostProvider(NodeProvider):
             return False
         path, data = record
         data["reclaim_at"] = at
-        _write_json(path, data)
+        write_json(path, data)
         return True
 
     def reclaim_node(self, node: Node) -> bool:
@@ -284,10 +218,10 @@ class LocalhostProvider(NodeProvider):
         path, data = record
         # Listed taken back first, as a cloud lists it: never seen merely dead in between.
         data["reclaimed_at"] = time.time()
-        _write_json(path, data)
-        spec = self._container(data)
+        write_json(path, data)
+        spec = container_of(self.config, data)
         if spec is not None:
-            problem = _remove_container(spec.engine, self._container_name(node.id, spec.name))
+            problem = _remove_container(spec.engine, container_name_of(node.id, spec.name))
             if problem:
                 raise ProviderError(f"could not reclaim {node.id}: {problem}")
         kill_processes(self._processes(node.id))
@@ -310,13 +244,6 @@ class LocalhostProvider(NodeProvider):
     # -- localhost specifics ------------------------------------------------------------
     def temp_dir(self) -> str:
         return ray_temp_dir(self.cluster_name)
-
-    def head_python(self) -> str:
-        return sys.executable
-
-    def ray_address(self, head: Node) -> str:
-        data = _read_json(self.nodes_dir / head.id / "node.json") or {}
-        return f"{head.ip}:{data.get('ports', {}).get('ray', '')}"
 
     def _node(self, data: Mapping[str, Any], raylet_alive: bool) -> Node:
         tags = dict(data.get("tags", {}))
@@ -364,18 +291,6 @@ def _is_raylet(command: str) -> bool:
     return first.endswith("/raylet") or first == "raylet"
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data
-
-
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    write_whole(path, json.dumps(data, indent=1, sort_keys=True))
-
-
 def _listening_ips() -> set[str]:
     """Loopback addresses something on this machine listens on (any cluster, any tool)."""
     found: set[str] = set()
@@ -395,7 +310,7 @@ def _listening_ips() -> set[str]:
 def _node_records() -> Iterator[dict[str, Any]]:
     """The records of every localhost node of every cluster in this home."""
     for record in (launcher_home() / "clusters").glob("*/localhost/nodes/*/node.json"):
-        data = _read_json(record)
+        data = read_json(record)
         if data:
             yield data
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from launcher.config.model import ClusterConfig, NodeType
@@ -23,6 +22,9 @@ from launcher.providers.base import (
     NodeKind,
     NodeProvider,
     NodeState,
+    ProviderTraits,
+    made_by,
+    new_node_tags,
 )
 from launcher.providers.onprem.claims import (
     FileRecords,
@@ -31,21 +33,37 @@ from launcher.providers.onprem.claims import (
     RemoteRecords,
 )
 from launcher.providers.onprem.spec import OnPremProviderConfig, records_dir
-from launcher.providers.ssh_access import SSHAccess, ssh_tunnel
-from launcher.runners.base import CommandRunner, wait_until_ready
+from launcher.providers.ssh_access import SSHAccess, SshNodeAccess
+from launcher.runners.base import wait_until_ready
 from launcher.runners.container import container_for, stop_command
-from launcher.runners.forward import PortOpener
 from launcher.runners.ray_node import STOP_TIMEOUT_S, stop_problem
 from launcher.runners.ssh import SSHRunner
 
 
-class OnPremProvider(NodeProvider):
+class OnPremAccess(SshNodeAccess):
+    """The listed machines over SSH, known by their addresses (the head's external one from
+    the user's machine), sharing the provider's connections."""
+
     # As Ray: each machine advertises what Ray detects on it.
     overrides_ray_resources = False
-    installs_launcher_on_head = True
-    terminating_frees_capacity = True  # the listed machines are the whole pool
-    logs_in_over_ssh = True
-    replaces_lost_head = False  # the head is provider.head_ip
+
+    def container_mounts(self, node: Node) -> tuple[str, ...]:
+        # The autoscaler in the head's container reads and writes the records of machines
+        # in use, which the laptop reaches on the host; without a key in the config it
+        # reaches the workers as the head machine does, with the keys in its ~/.ssh.
+        if node.kind is not NodeKind.HEAD:
+            return ()
+        keys = () if self.config.auth.ssh_private_key else ("~/.ssh:ro",)
+        return (records_dir(self.cluster_name), *keys)
+
+
+class OnPremProvider(NodeProvider):
+    traits = ProviderTraits(
+        installs_launcher_on_head=True,
+        terminating_frees_capacity=True,  # the listed machines are the whole pool
+        logs_in_over_ssh=True,
+        replaces_lost_head=False,  # the head is provider.head_ip
+    )
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         super().__init__(config, on_head)
@@ -66,6 +84,13 @@ class OnPremProvider(NodeProvider):
             provider.external_head_ip if provider.external_head_ip and not on_head else self.head_ip
         )
         self.ssh = SSHAccess(self.cluster_name, config.auth)
+        self.access = OnPremAccess(
+            config,
+            config.auth.ssh_private_key,
+            address=lambda node: self._address(node.id),
+            ssh=self.ssh,
+            by_node=False,
+        )
         self.records: Records = (
             FileRecords(self.cluster_name)
             if on_head
@@ -104,7 +129,8 @@ class OnPremProvider(NodeProvider):
         request_id: str | None = None,
     ) -> list[Node]:
         candidates = [self.head_ip] if kind is NodeKind.HEAD else list(self.worker_ips)
-        created = [n for n in self.made_by(request_id) if n.node_type == node_type.name][:count]
+        earlier = made_by(self.nodes(), request_id)
+        created = [n for n in earlier if n.node_type == node_type.name][:count]
         for ip in candidates:
             if len(created) == count:
                 break
@@ -113,7 +139,7 @@ class OnPremProvider(NodeProvider):
                 "kind": kind.value,
                 "node_type": node_type.name,
                 "created_at": time.time(),
-                "tags": self.new_node_tags(node_type, kind, tags, request_id),
+                "tags": new_node_tags(self.cluster_name, node_type, kind, tags, request_id),
             }
             if self.records.claim(record):
                 created.append(self._node(record))
@@ -147,9 +173,8 @@ class OnPremProvider(NodeProvider):
                 continue
             if unreachable is None:
                 container = container_for(self.config, record["node_type"], head=head)
-                result = runner.run(
-                    stop_command(container, self.ray_paths(head=head)), timeout=STOP_TIMEOUT_S
-                )
+                paths = self.access.ray_paths(head=head)
+                result = runner.run(stop_command(container, paths), timeout=STOP_TIMEOUT_S)
                 problem = stop_problem(result)
                 if problem is not None:
                     problems.append(f"{ip}: {problem}")
@@ -167,21 +192,6 @@ class OnPremProvider(NodeProvider):
         if record is not None:
             record["tags"] = {**record.get("tags", {}), **tags}
             self.records.write(record)
-
-    def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
-        return self.ssh.runner(self._address(node.id), log_path)
-
-    def container_mounts(self, node: Node) -> tuple[str, ...]:
-        # The autoscaler in the head's container reads and writes the records of machines
-        # in use, which the laptop reaches on the host; without a key in the config it
-        # reaches the workers as the head machine does, with the keys in its ~/.ssh.
-        if node.kind is not NodeKind.HEAD:
-            return ()
-        keys = () if self.config.auth.ssh_private_key else ("~/.ssh:ro",)
-        return (records_dir(self.cluster_name), *keys)
-
-    def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
-        return ssh_tunnel(runner)
 
     def cleanup(self, purge: bool = False) -> list[str]:
         if self.records.remove_all():

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -24,16 +24,17 @@ from launcher.autoscaler.spec import STATE_FILE
 from launcher.config.loader import parse_config
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ConfigError, ProviderError
+from launcher.providers.access import NoAccess
 from launcher.providers.base import (
     TAG_STANDS_IN_FOR,
     TAG_STATUS,
     Node,
     NodeKind,
-    NodeProvider,
     NodeState,
     NodeStatus,
 )
 from launcher.runners.base import CommandRunner
+from launcher.testing import MemoryProvider
 from tests.conftest import CliResult
 
 SPOT = TypeInfo("spot", {"CPU": 4}, 0, 10, price=0.05, fallbacks=("ondemand",))
@@ -145,30 +146,16 @@ def test_type_backoff_waits_after_repeated_failures_then_gives_up() -> None:
 
 
 # -- the executor -----------------------------------------------------------------------
-class _Cloud(NodeProvider):
-    """An in-memory provider with two zones, a capacity per (type, zone) and injectable
-    errors: the provider side of the executor's contract, nothing more."""
+ZONES = ("zone-a", "zone-b")
+
+
+class _Gated(MemoryProvider):
+    """Launches wait while `gate` is clear (to see them pending)."""
 
     def __init__(self, config: ClusterConfig, capacity: Mapping[tuple[str, str], int]) -> None:
-        super().__init__(config)
-        self.capacity = dict(capacity)
-        self.made: list[Node] = []
-        self.calls: list[tuple[str, int, frozenset[str]]] = []
-        self.order: list[str] = []  # "nodes", "create", "terminate": the calls in order
-        self.fail_with: Exception | None = None
+        super().__init__(config, capacity, default_zones=ZONES)
         self.gate = threading.Event()
         self.gate.set()
-        self.lock = threading.Lock()
-
-    def bootstrap(self) -> None:
-        return None
-
-    def nodes(self) -> list[Node]:
-        self.order.append("nodes")
-        return list(self.made)
-
-    def zones(self, node_type: NodeType) -> tuple[str, ...]:
-        return ("zone-a", "zone-b")
 
     def create_nodes(
         self,
@@ -180,40 +167,21 @@ class _Cloud(NodeProvider):
         request_id: str | None = None,
     ) -> list[Node]:
         self.gate.wait(10)
-        with self.lock:
-            self.calls.append((node_type.name, count, frozenset(avoid_zones)))
-            self.order.append("create")
-            if self.fail_with is not None:
-                raise self.fail_with
-            created: list[Node] = []
-            tried = [z for z in self.zones(node_type) if z not in avoid_zones]
-            for zone in tried:
-                while len(created) < count and self.capacity.get((node_type.name, zone), 0) > 0:
-                    self.capacity[node_type.name, zone] -= 1
-                    node = Node(
-                        f"n{len(self.made)}",
-                        kind,
-                        node_type.name,
-                        None,
-                        NodeState.PENDING,
-                        dict(tags),
-                        zone=zone,
-                    )
-                    self.made.append(node)
-                    created.append(node)
-            if len(created) < count:
-                raise CapacityError(node_type.name, tried, "InsufficientInstanceCapacity", created)
-            return created
+        return super().create_nodes(node_type, kind, count, tags, avoid_zones, request_id)
 
-    def terminate_nodes(self, node_ids: Sequence[str]) -> None:
-        self.order.append("terminate")
-        self.made = [n for n in self.made if n.id not in node_ids]
 
-    def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
-        return None
+def _launches(cloud: MemoryProvider) -> list[tuple[str, int, frozenset[str]]]:
+    return [(c.node_type, c.count, c.avoid_zones) for c in cloud.calls_of("create_nodes")]
 
-    def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
-        raise NotImplementedError
+
+def _order(cloud: MemoryProvider) -> list[str]:
+    """The listings, launches and terminations, in order."""
+    return [c.method for c in cloud.calls_of("nodes", "create_nodes", "terminate_nodes")]
+
+
+def _preempt(cloud: MemoryProvider, nodes: Sequence[Node]) -> None:
+    for node in nodes:
+        cloud.update(node.id, state=NodeState.PREEMPTED)
 
 
 CONFIG = """\
@@ -231,9 +199,9 @@ head_node_type: head
 """
 
 
-def _executor(capacity: Mapping[tuple[str, str], int]) -> tuple[Executor, _Cloud, list[str]]:
+def _executor(capacity: Mapping[tuple[str, str], int]) -> tuple[Executor, _Gated, list[str]]:
     config = parse_config(CONFIG, "fb.yaml")
-    cloud = _Cloud(config, capacity)
+    cloud = _Gated(config, capacity)
     logged: list[str] = []
     executor = Executor(cloud, config, lambda text, action: logged.append(text), max_batch=10)
     return executor, cloud, logged
@@ -275,7 +243,7 @@ def test_launches_run_in_batches_and_count_as_pending_until_listed() -> None:
     cloud.gate.set()
     created = _settle(executor)
     assert len(created) == 25
-    assert sorted(count for _, count, _ in cloud.calls) == [5, 10, 10]
+    assert sorted(count for _, count, _ in _launches(cloud)) == [5, 10, 10]
     # Created but not listed yet (a cloud's listing lags): still counted by the planner.
     assert len(executor.unlisted([])) == 25
     assert executor.unlisted(cloud.nodes()) == []
@@ -290,7 +258,7 @@ def test_capacity_failure_avoids_the_zone_then_the_type_falls_back() -> None:
     assert any("spot: capacity failure in zone-a" in line for line in logged)
     executor.launch("spot", 1)
     _settle(executor)
-    assert cloud.calls[-1] == ("spot", 1, frozenset({"zone-a", "zone-b"}))
+    assert _launches(cloud)[-1] == ("spot", 1, frozenset({"zone-a", "zone-b"}))
 
 
 def test_capacity_memory_forgets_the_zones_capacity_came_back_to() -> None:
@@ -316,12 +284,12 @@ def test_stand_ins_are_tagged_and_preemption_is_remembered() -> None:
 
 def test_other_launch_errors_back_off_the_type() -> None:
     executor, cloud, logged = _executor({("spot", "zone-a"): 5})
-    cloud.fail_with = ProviderError("UnauthorizedOperation: not allowed")
+    cloud.fail("create_nodes", ProviderError("UnauthorizedOperation: not allowed"))
     executor.launch("spot", 1)
     _settle(executor)
     assert "spot" in executor.blocked()
     assert any("launch of 1 x spot failed: UnauthorizedOperation" in line for line in logged)
-    cloud.fail_with = None
+    cloud.clear_failures()
     executor.launch("spot", 1)
     _settle(executor)
     assert "spot" not in executor.blocked()
@@ -329,7 +297,7 @@ def test_other_launch_errors_back_off_the_type() -> None:
 
 def test_provider_bug_is_logged_not_raised() -> None:
     executor, cloud, logged = _executor({})
-    cloud.fail_with = KeyError("boom")
+    cloud.fail("create_nodes", KeyError("boom"))
     executor.launch("spot", 1)
     assert _settle(executor) == []
     assert any("KeyError" in line for line in logged)
@@ -375,14 +343,14 @@ def _daemon(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     capacity: Mapping[tuple[str, str], int],
-    cloud_class: type[_Cloud] = _Cloud,
-) -> tuple[Daemon, _Cloud]:
+    cloud_class: type[MemoryProvider] = MemoryProvider,
+) -> tuple[Daemon, MemoryProvider]:
     monkeypatch.setenv("HOME", str(tmp_path))
     config = parse_config(
         CONFIG.replace("spot: {node_config: {}", "spot: {min_workers: 2, node_config: {}"),
         "fb.yaml",
     )
-    cloud = cloud_class(config, capacity)
+    cloud = cloud_class(config, capacity, default_zones=ZONES)
     return Daemon(cloud, config, clock=_Clock()), cloud
 
 
@@ -412,48 +380,38 @@ def test_daemon_replaces_spot_capacity_with_tagged_stand_ins(
 ) -> None:
     daemon, cloud = _daemon(monkeypatch, tmp_path, {("ondemand", "zone-a"): 5})
     _tick(daemon)  # min_workers: 2 x spot, which has no capacity anywhere
-    assert [n for n in cloud.made if n.node_type == "spot"] == []
+    assert [n for n in cloud.held() if n.node_type == "spot"] == []
     _tick(daemon)  # spot is remembered as out: its fallback stands in
-    stand_ins = [n for n in cloud.made if n.node_type == "ondemand"]
+    stand_ins = [n for n in cloud.held() if n.node_type == "ondemand"]
     assert len(stand_ins) == 2 and all(n.tags[TAG_STANDS_IN_FOR] == "spot" for n in stand_ins)
     _tick(daemon)  # nothing more: the stand-ins count toward spot's min_workers
-    assert len(cloud.made) == 2
+    assert len(cloud.held()) == 2
     state = json.loads(Path(STATE_FILE).expanduser().read_text())
     assert state["unavailable"] == {"spot": "capacity failure in zone-a, zone-b"}
     texts = [d["text"] for d in state["decisions"]]
     assert "fallback: spot: capacity failure in zone-a, zone-b, falling back to ondemand" in texts
 
 
-class _Pool(_Cloud):
-    """A fixed pool of machines, as on-prem: a terminated node's machine is free again."""
-
-    terminating_frees_capacity = True
-
-    def terminate_nodes(self, node_ids: Sequence[str]) -> None:
-        for node in self.made:
-            if node.id in node_ids:
-                self.capacity[node.node_type, node.zone] += 1
-        super().terminate_nodes(node_ids)
-
-
 @pytest.mark.parametrize("pool", [True, False])
 def test_daemon_launches_again_at_once_where_a_termination_freed_a_machine(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pool: bool
 ) -> None:
-    daemon, cloud = _daemon(monkeypatch, tmp_path, {("spot", "zone-a"): 1}, _Pool)
-    cloud.terminating_frees_capacity = pool  # False: as a cloud would say
+    daemon, cloud = _daemon(monkeypatch, tmp_path, {("spot", "zone-a"): 1})
+    # The in-memory zone holds one node at a time, so a termination frees its room; True
+    # says so, as a fixed pool of machines (on-prem) would; False: as a cloud would say.
+    cloud.traits = dataclasses.replace(cloud.traits, terminating_frees_capacity=pool)
     _tick(daemon)  # min_workers 2: one machine made, then none left in either zone
-    (first,) = cloud.made
+    (first,) = cloud.held()
     assert daemon._unavailable() == {"spot": "capacity failure in zone-a, zone-b"}
-    cloud.made = [dataclasses.replace(first, tags={TAG_STATUS: NodeStatus.FAILED})]
+    cloud.set_tags(first.id, {TAG_STATUS: NodeStatus.FAILED})
     _tick(daemon)  # its setup failed: terminated, and its machine is free again
-    assert cloud.made == [] and cloud.capacity["spot", "zone-a"] == 1
+    assert cloud.held() == []
     _tick(daemon)
     if pool:  # zone-a is tried again at once
-        assert [n.node_type for n in cloud.made] == ["spot"]
-        assert cloud.calls[-1] == ("spot", 2, frozenset({"zone-b"}))
+        assert [n.node_type for n in cloud.held()] == ["spot"]
+        assert _launches(cloud)[-1] == ("spot", 2, frozenset({"zone-b"}))
     else:  # a cloud's capacity failure is remembered for a while
-        assert cloud.made == [] and "spot" in daemon._unavailable()
+        assert cloud.held() == [] and "spot" in daemon._unavailable()
 
 
 def test_daemon_stops_launching_a_type_whose_setups_keep_failing(
@@ -465,7 +423,7 @@ def test_daemon_stops_launching_a_type_whose_setups_keep_failing(
     for _ in range(3):
         daemon.setup_backoff.failed("spot", time.monotonic())
     _tick(daemon)
-    assert {n.node_type for n in cloud.made} == {"ondemand"}  # spot waits; its fallback serves
+    assert {n.node_type for n in cloud.held()} == {"ondemand"}  # spot waits; its fallback serves
     assert "3 setups failed in a row" in daemon._unavailable()["spot"]
 
 
@@ -476,16 +434,16 @@ def test_daemon_replaces_a_preempted_spot_worker_with_its_fallback(
         monkeypatch, tmp_path, {("spot", "zone-b"): 2, ("ondemand", "zone-a"): 5}
     )
     _tick(daemon)
-    assert sorted(n.node_type for n in cloud.made) == ["spot", "spot"]
-    cloud.made = [dataclasses.replace(n, state=NodeState.PREEMPTED) for n in cloud.made]
+    assert sorted(n.node_type for n in cloud.held()) == ["spot", "spot"]
+    _preempt(cloud, cloud.held())
     cloud.capacity["spot", "zone-a"] = 0
     _tick(daemon)  # the listing is younger than its max age: not read again, not seen yet
-    assert all(n.state is NodeState.PREEMPTED for n in cloud.made)
+    assert all(n.state is NodeState.PREEMPTED for n in cloud.held())
     _later(daemon, LISTING_MAX_AGE_S)  # Ray's tick: seen no later than Ray's would
     _tick(daemon)  # both terminated; zone-b avoided, zone-a still open: spot is tried there
     _tick(daemon)  # zone-a has nothing either: now spot is out everywhere
     _tick(daemon)
-    assert sorted(n.node_type for n in cloud.made) == ["ondemand", "ondemand"]
+    assert sorted(n.node_type for n in cloud.held()) == ["ondemand", "ondemand"]
     log = Path(STATE_FILE).expanduser().read_text()
     assert "was preempted in zone-b" in log
 
@@ -499,53 +457,50 @@ def test_idle_ticks_do_not_list_and_every_action_follows_a_fresh_listing(
     tick (issue 15: fewer API calls per tick than Ray's autoscaler)."""
     daemon, cloud = _daemon(monkeypatch, tmp_path, {("spot", "zone-a"): 5})
     daemon.listing.max_age_s = 60.0  # here only what the daemon itself does reads it
-    cloud.fail_with = ProviderError("the API is down")
+    cloud.fail("create_nodes", ProviderError("the API is down"))
     _tick(daemon)  # listed, then min_workers: 2 x spot, which fails
     _tick(daemon)  # spot waits (backoff): its fallback is launched, on a fresh listing; fails
-    assert cloud.order == ["nodes", "create", "nodes", "create"]
+    assert _order(cloud) == ["nodes", "create_nodes", "nodes", "create_nodes"]
     for _ in range(10):
         _tick(daemon)  # a launch ended (it might have made some): read once; then both wait
-    assert cloud.order[4:] == ["nodes"]
-    cloud.fail_with = None
+    assert _order(cloud)[4:] == ["nodes"]
+    cloud.clear_failures()
     _later(daemon, 30.0)  # the backoff is over: a launch is due, on a listing read now
     _tick(daemon)
-    assert cloud.order[5:] == ["nodes", "create"]
+    assert _order(cloud)[5:] == ["nodes", "create_nodes"]
     _tick(daemon)  # the launch made nodes: read again to see them
-    assert cloud.order[7:] == ["nodes"]
+    assert _order(cloud)[7:] == ["nodes"]
     for _ in range(10):
         _tick(daemon)
-    assert cloud.order[8:] == []
+    assert _order(cloud)[8:] == []
     _later(daemon, 60.0)
     _tick(daemon)  # old: read again
-    assert cloud.order[8:] == ["nodes"]
-    cloud.made[0] = dataclasses.replace(cloud.made[0], tags={TAG_STATUS: NodeStatus.FAILED})
+    assert _order(cloud)[8:] == ["nodes"]
+    cloud.set_tags(cloud.held()[0].id, {TAG_STATUS: NodeStatus.FAILED})
     _later(daemon, 60.0)
     _tick(daemon)  # a failed worker: terminated and replaced, after a listing
-    assert cloud.order[9:] == ["nodes", "terminate", "create"]
-
-
-class _Stuck(_Cloud):
-    """A provider that cannot free any node (on-prem: a machine whose Ray would not stop)."""
-
-    def terminate_nodes(self, node_ids: Sequence[str]) -> None:
-        raise ProviderError(f"could not stop Ray on {', '.join(node_ids)}: raylet (pid 7)")
+    assert _order(cloud)[9:] == ["nodes", "terminate_nodes", "create_nodes"]
 
 
 def test_daemon_goes_on_launching_when_a_node_cannot_be_freed(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    daemon, cloud = _daemon(monkeypatch, tmp_path, {("spot", "zone-a"): 5}, _Stuck)
+    daemon, cloud = _daemon(monkeypatch, tmp_path, {("spot", "zone-a"): 5})
+    # It cannot free any node (on-prem: a machine whose Ray would not stop).
+    cloud.fail("terminate_nodes", ProviderError("could not stop Ray on n0: raylet (pid 7)"))
     _tick(daemon)
-    assert [n.node_type for n in cloud.made] == ["spot", "spot"]
-    cloud.made[0] = dataclasses.replace(cloud.made[0], tags={TAG_STATUS: NodeStatus.FAILED})
+    assert [n.node_type for n in cloud.held()] == ["spot", "spot"]
+    cloud.set_tags(cloud.held()[0].id, {TAG_STATUS: NodeStatus.FAILED})
     _later(daemon, LISTING_MAX_AGE_S)  # tagged outside the daemon: seen at its next listing
     _tick(daemon)  # the failed one cannot be freed; its replacement is launched all the same
-    assert len(cloud.made) == 3 and cloud.made[0].status is NodeStatus.FAILED
+    assert len(cloud.held()) == 3 and cloud.held()[0].status is NodeStatus.FAILED
 
 
 def test_a_quota_failure_avoids_every_zone_of_the_type() -> None:
     executor, cloud, logged = _executor({("ondemand", "zone-a"): 5})
-    cloud.fail_with = CapacityError("spot", ("zone-a",), "VcpuLimitExceeded", scope="quota")
+    cloud.fail(
+        "create_nodes", CapacityError("spot", ("zone-a",), "VcpuLimitExceeded", scope="quota")
+    )
     executor.launch("spot", 1)
     _settle(executor)
     assert executor.capacity.avoided_zones("spot", time.monotonic()) == {"zone-a", "zone-b"}
@@ -563,16 +518,16 @@ def test_a_preemption_is_remembered_before_the_tick_plans_its_replacement(
         {("spot", "zone-a"): 1, ("spot", "zone-b"): 1, ("ondemand", "zone-a"): 5},
     )
     _tick(daemon)
-    assert sorted((n.node_type, n.zone) for n in cloud.made) == [
+    assert sorted((n.node_type, n.zone) for n in cloud.held()) == [
         ("spot", "zone-a"),
         ("spot", "zone-b"),
     ]
-    cloud.made = [dataclasses.replace(n, state=NodeState.PREEMPTED) for n in cloud.made]
-    calls_before = len(cloud.calls)
+    _preempt(cloud, cloud.held())
+    calls_before = len(_launches(cloud))
     _later(daemon, LISTING_MAX_AGE_S)
     _tick(daemon)
-    assert [c[0] for c in cloud.calls[calls_before:]] == ["ondemand"]
-    assert sorted(n.node_type for n in cloud.made) == ["ondemand", "ondemand"]
+    assert [c[0] for c in _launches(cloud)[calls_before:]] == ["ondemand"]
+    assert sorted(n.node_type for n in cloud.held()) == ["ondemand", "ondemand"]
     unavailable = daemon._unavailable()["spot"]
     assert unavailable == "preempted in zone-a, zone-b"
 
@@ -589,23 +544,22 @@ def test_a_reclaim_notice_launches_the_replacement_before_the_node_goes(
         {("spot", "zone-a"): 1, ("spot", "zone-b"): 1, ("ondemand", "zone-a"): 5},
     )
     _tick(daemon)
-    spot = list(cloud.made)
+    spot = cloud.held()
     assert sorted(n.node_type for n in spot) == ["spot", "spot"]
-    cloud.made = [dataclasses.replace(n, reclaim_at=time.time() + 120) for n in spot]
+    for node in spot:
+        cloud.update(node.id, reclaim_at=time.time() + 120)
     _later(daemon, LISTING_MAX_AGE_S)
     _tick(daemon)
-    assert sorted(n.node_type for n in cloud.made) == ["ondemand", "ondemand", "spot", "spot"]
-    assert all(n.node_type == "spot" for n in cloud.made if n.reclaim_at)  # still running
+    assert sorted(n.node_type for n in cloud.held()) == ["ondemand", "ondemand", "spot", "spot"]
+    assert all(n.node_type == "spot" for n in cloud.held() if n.reclaim_at)  # still running
     zones = ("zone-a", "zone-b")
     waits = {zone: daemon.executor.capacity.records["spot", zone].until for zone in zones}
     # Taken back: terminated and not replaced again; avoided no longer than after the notice.
-    cloud.made = [
-        dataclasses.replace(n, state=NodeState.PREEMPTED) if n.reclaim_at else n for n in cloud.made
-    ]
+    _preempt(cloud, [n for n in cloud.held() if n.reclaim_at])
     _later(daemon, LISTING_MAX_AGE_S)
     _tick(daemon)
     _tick(daemon)
-    assert sorted(n.node_type for n in cloud.made) == ["ondemand", "ondemand"]
+    assert sorted(n.node_type for n in cloud.held()) == ["ondemand", "ondemand"]
     assert {z: daemon.executor.capacity.records["spot", z].until for z in zones} == waits
 
 
@@ -623,11 +577,12 @@ def test_the_work_on_a_noticed_node_is_demand_for_its_replacement() -> None:
     assert with_work_of(demand, [unknown]) == demand
 
 
-class _Evacuated(_Cloud):
-    """Records the nodes whose Ray the daemon stops."""
+class _Recording(NoAccess):
+    """Node access that records the nodes whose Ray the daemon stops (their commands go
+    nowhere)."""
 
-    def __init__(self, config: ClusterConfig, capacity: Mapping[tuple[str, str], int]) -> None:
-        super().__init__(config, capacity)
+    def __init__(self, config: ClusterConfig) -> None:
+        super().__init__(config)
         self.ray_stopped: list[str] = []
         self.stopped = threading.Event()
 
@@ -640,6 +595,16 @@ class _Evacuated(_Cloud):
         return None
 
 
+class _Evacuated(MemoryProvider):
+    """Its nodes' Ray can be stopped (recorded)."""
+
+    def __init__(
+        self, config: ClusterConfig, capacity: Mapping[tuple[str, str], int], **kw: Any
+    ) -> None:
+        super().__init__(config, capacity, **kw)
+        self.access = self.recording = _Recording(config)
+
+
 def test_a_noticed_node_s_ray_is_stopped_once_its_work_fits_elsewhere_and_it_is_left_to_the_reclaim(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -648,25 +613,23 @@ def test_a_noticed_node_s_ray_is_stopped_once_its_work_fits_elsewhere_and_it_is_
     not replaced as broken while its reclaim is due: the provider takes it."""
     daemon, cloud = _daemon(monkeypatch, tmp_path, {("spot", "zone-a"): 2}, _Evacuated)
     _tick(daemon)
-    cloud.made = [
-        dataclasses.replace(n, ip=f"10.0.0.{i}", state=NodeState.RUNNING, tags={TAG_STATUS: NodeStatus.UP_TO_DATE})
-        for i, n in enumerate(cloud.made, 1)
-    ]  # fmt: skip
-    leaving = dataclasses.replace(cloud.made[0], reclaim_at=time.time() + 120)
-    cloud.made[0] = leaving
+    for i, n in enumerate(cloud.held(), 1):
+        cloud.update(n.id, ip=f"10.0.0.{i}", state=NodeState.RUNNING)
+        cloud.set_tags(n.id, {TAG_STATUS: NodeStatus.UP_TO_DATE})
+    leaving = cloud.update(cloud.held()[0].id, reclaim_at=time.time() + 120)
     ray = [RayNode("r1", "10.0.0.1", {"CPU": 4.0}, {"CPU": 1.0}, 0.0, True),
            RayNode("r2", "10.0.0.2", {"CPU": 4.0}, {"CPU": 0.0}, 0.0, True)]  # fmt: skip
     monkeypatch.setattr(daemon, "_demand", lambda head: Demand(nodes=tuple(ray)))
     _later(daemon, LISTING_MAX_AGE_S)
     _tick(daemon)
-    assert cloud.ray_stopped == []  # no room for its 3 CPUs anywhere yet
+    assert cloud.recording.ray_stopped == []  # no room for its 3 CPUs anywhere yet
     ray.append(RayNode("r3", "10.0.0.3", {"CPU": 4.0}, {"CPU": 4.0}, 0.0, True))  # joined
     _tick(daemon)
-    assert cloud.stopped.wait(10) and cloud.ray_stopped == [leaving.id]
+    assert cloud.recording.stopped.wait(10) and cloud.recording.ray_stopped == [leaving.id]
     ray[0] = dataclasses.replace(ray[0], alive=False)
-    cloud.made[0] = dataclasses.replace(leaving, state=NodeState.DEAD)
+    cloud.update(leaving.id, state=NodeState.DEAD)
     _later(daemon, LISTING_MAX_AGE_S)
     _tick(daemon)
     _tick(daemon)
-    assert cloud.ray_stopped == [leaving.id]
-    assert leaving.id in {n.id for n in cloud.made}  # not terminated: the reclaim is due
+    assert cloud.recording.ray_stopped == [leaving.id]
+    assert leaving.id in {n.id for n in cloud.held()}  # not terminated: the reclaim is due

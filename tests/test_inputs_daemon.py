@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -17,11 +17,11 @@ from launcher.autoscaler.spec import STATE_FILE
 from launcher.cli.render_status import render_autoscaler
 from launcher.cluster.ops import AutoscalerState
 from launcher.config.loader import parse_config
-from launcher.config.model import ClusterConfig, NodeType
+from launcher.config.model import ClusterConfig
 from launcher.errors import ProviderError
 from launcher.events import Message
-from launcher.providers.base import Node, NodeKind, NodeProvider
-from launcher.runners.base import CommandRunner
+from launcher.providers.base import Node
+from launcher.testing import MemoryProvider
 
 CONFIG = """
 cluster_name: sturdy
@@ -33,52 +33,27 @@ head_node_type: head
 """
 
 
-class _Flaky(NodeProvider):
-    """No nodes; the listing fails with each error in `errors` in turn, then succeeds."""
+class _Watched(MemoryProvider):
+    """Sets `listed_well` once a listing succeeds (after the failures set for it)."""
 
-    def __init__(self, config: ClusterConfig, errors: Sequence[Exception]) -> None:
+    def __init__(self, config: ClusterConfig) -> None:
         super().__init__(config)
-        self.errors = list(errors)
-        self.listed = 0
-        self.after_errors = threading.Event()
-
-    def bootstrap(self, wait_s: float = 300.0) -> list[str]:
-        return []
+        self.listed_well = threading.Event()
 
     def nodes(self) -> list[Node]:
-        self.listed += 1
-        if self.errors:
-            raise self.errors.pop(0)
-        self.after_errors.set()
-        return []
-
-    def create_nodes(
-        self,
-        node_type: NodeType,
-        kind: NodeKind,
-        count: int,
-        tags: Mapping[str, str],
-        avoid_zones: Collection[str] = (),
-        request_id: str | None = None,
-    ) -> list[Node]:
-        raise AssertionError("nothing is launched: no min_workers and no demand")
-
-    def terminate_nodes(self, node_ids: Sequence[str]) -> None:
-        raise AssertionError("there is nothing to terminate")
-
-    def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
-        raise AssertionError("there is no node to tag")
-
-    def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
-        raise AssertionError("there is no node to run commands on")
+        listed = super().nodes()
+        self.listed_well.set()
+        return listed
 
 
 def _daemon(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, errors: Sequence[Exception]
-) -> tuple[Daemon, _Flaky]:
+) -> tuple[Daemon, _Watched]:
     monkeypatch.setenv("HOME", str(tmp_path))
     config = parse_config(CONFIG, "sturdy.yaml")
-    provider = _Flaky(config, errors)
+    provider = _Watched(config)
+    for error in errors:  # the listing fails with each in turn, then succeeds
+        provider.fail("nodes", error, times=1)
     return Daemon(provider, config, interval_s=0.01), provider
 
 
@@ -94,7 +69,7 @@ def test_a_round_that_raises_anything_is_logged_counted_and_survived(
     daemon, provider = _daemon(monkeypatch, tmp_path, [bug, ProviderError("API down")])
     runner = threading.Thread(target=daemon.run, daemon=True)
     runner.start()
-    assert provider.after_errors.wait(30), "the daemon stopped at the first exception"
+    assert provider.listed_well.wait(30), "the daemon stopped at the first exception"
     daemon.stopping.set()
     daemon.wake.set()
     runner.join(30)
@@ -108,6 +83,8 @@ def test_a_round_that_raises_anything_is_logged_counted_and_survived(
     assert state["update_loop_exceptions"] == 2
     last = state["last_loop_exception"]
     assert isinstance(last, dict) and last["error"] == "ProviderError: API down"
+    # No min_workers and no demand: nothing was launched, terminated or tagged.
+    assert provider.calls_of("create_nodes", "terminate_nodes", "stop_nodes", "set_tags") == []
 
 
 def test_status_shows_the_failed_rounds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -471,7 +471,6 @@ def baseline(work: Path, plan: Plan, keep: bool) -> Sample:
 
 def localhost_names(home: Path) -> tuple[str, str]:
     """The cluster's process key and Ray temp dir, both derived from its LAUNCHER_HOME."""
-    from launcher.config import loader  # noqa: F401 (first: the provider modules need it)
     from launcher.providers.localhost.spec import process_key, ray_temp_dir
 
     os.environ["LAUNCHER_HOME"] = str(home)

@@ -9,7 +9,7 @@ from launcher.autoscaler.decide.actions import RECORDED, Action
 from launcher.autoscaler.decide.choice import RECLAIM_GRACE_S, Facts, choose, kept_notices
 from launcher.autoscaler.decide.demand import Demand, RayNode
 from launcher.autoscaler.decide.view import planner_settings
-from launcher.config import parse_config
+from launcher.config.loader import parse_config
 from launcher.pricing import load_prices
 from launcher.providers.base import TAG_STATUS, Node, NodeKind, NodeState, NodeStatus
 from launcher.providers.registry import SPECS

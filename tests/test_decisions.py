@@ -8,7 +8,7 @@ from launcher.autoscaler.decide.broken import broken_workers
 from launcher.autoscaler.decide.demand import RayNode
 from launcher.autoscaler.decide.planner import NodeView, Snapshot, plan
 from launcher.autoscaler.decide.view import planner_settings
-from launcher.config import parse_config
+from launcher.config.loader import parse_config
 from launcher.pricing import load_prices
 from launcher.providers.base import (
     TAG_SETUP_HASH,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config import load_config, loader, yamlsource
-from launcher.config.loader import MAX_CONFIG_BYTES, read_config_file
+from launcher.config import loader, yamlsource
+from launcher.config.loader import MAX_CONFIG_BYTES, load_config, read_config_file
 from launcher.config.yamlsource import MAX_NESTING, parse_yaml
 from launcher.errors import UsageError
 from tests.conftest import CliResult

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config import Overrides, load_config, parse_config
+from launcher.config.loader import Overrides, load_config, parse_config
 from launcher.errors import ConfigError
 from tests.conftest import RAY_EXAMPLES
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config import load_config
+from launcher.config.loader import load_config
 from launcher.dryrun import make_plan
 from launcher.pricing import load_prices
 from launcher.providers.registry import SPECS

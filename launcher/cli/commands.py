@@ -6,7 +6,8 @@ import click
 
 from launcher.cli.app import Settings, cli
 from launcher.cli.render_plan import render_plan
-from launcher.config import ClusterConfig, load_config
+from launcher.config.loader import load_config
+from launcher.config.model import ClusterConfig
 from launcher.dryrun import make_plan
 from launcher.errors import ConfigError, UsageError
 from launcher.pricing import load_prices

@@ -1,6 +1,3 @@
-"""Cluster configs: load, validate and model them."""
-
-from launcher.config.loader import Overrides, load_config, parse_config
-from launcher.config.model import ClusterConfig, NodeType
-
-__all__ = ["ClusterConfig", "NodeType", "Overrides", "load_config", "parse_config"]
+"""Cluster configs: load, validate and model them (`loader`: load and validate; `model`:
+the typed result). Nothing is imported here: the providers' specs, which the loader asks,
+import the model, so either may be imported first."""

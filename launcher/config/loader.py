@@ -24,7 +24,10 @@ from launcher.config.problems import Problem, YamlPath, describe_value, did_you_
 from launcher.config.schema import schema_problems, typo_problems
 from launcher.config.yamlsource import YamlDocument, parse_yaml
 from launcher.errors import ConfigError, UsageError
-from launcher.providers.registry import SPECS, provider_spec
+
+# The module, not its names: the registry's specs import launcher.config, so whichever of
+# the two is imported first, the other is still being initialized.
+from launcher.providers import registry
 from launcher.providers.spec import ProviderSpec
 from launcher.runs.controller_secrets import no_controller
 
@@ -214,14 +217,14 @@ def _find_spec(raw: Mapping[str, Any], problems: list[Problem]) -> ProviderSpec 
     if not isinstance(provider, Mapping):
         return None  # the schema reports a missing or malformed provider
     kind = provider.get("type")
-    spec = provider_spec(kind) if isinstance(kind, str) else None
+    spec = registry.provider_spec(kind) if isinstance(kind, str) else None
     if spec is None and isinstance(kind, str):
-        guess = did_you_mean(kind, SPECS)
+        guess = did_you_mean(kind, registry.SPECS)
         problems.append(
             Problem(
                 ("provider", "type"),
                 f"{kind!r} is not a provider the launcher supports",
-                f"did you mean `{guess}`?" if guess else "use one of: " + ", ".join(SPECS),
+                f"did you mean `{guess}`?" if guess else "use one of: " + ", ".join(registry.SPECS),
             )
         )
     return spec

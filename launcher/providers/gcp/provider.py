@@ -569,15 +569,21 @@ class GcpProvider(NodeProvider):
 
     def set_tags(self, node_id: str, tags: Mapping[str, str]) -> None:
         zone = self._zone_for(node_id)
-        if zone is None:
-            raise ProviderError(f"cannot tag {node_id}: no such instance")
-        self._set_labels(node_id, zone, tags)
+        if zone is not None:  # else gone (or never made): nothing to tag
+            self._set_labels(node_id, zone, tags, missing_ok=True)
 
     def _set_labels(
-        self, name: str, zone: str, tags: Mapping[str, str], drop: Collection[str] = ()
+        self,
+        name: str,
+        zone: str,
+        tags: Mapping[str, str],
+        drop: Collection[str] = (),
+        *,
+        missing_ok: bool = False,
     ) -> None:
         """Merge `tags` into the instance's labels (less `drop`), with its current
-        fingerprint, again when another writer changed them meanwhile (412)."""
+        fingerprint, again when another writer changed them meanwhile (412). An instance
+        that is gone is an error unless `missing_ok`."""
         instances = self._api("instances")
         for attempt in range(LABEL_RETRIES + 1):
             try:
@@ -596,6 +602,8 @@ class GcpProvider(NodeProvider):
             except api_errors() as exc:
                 if http_status(exc) == 412 and attempt < LABEL_RETRIES:
                     continue
+                if http_status(exc) == 404 and missing_ok:
+                    return
                 raise ProviderError(f"cannot label {name}: {error_message(exc)}") from exc
 
     def cleanup(self, purge: bool = False) -> list[str]:

@@ -259,6 +259,8 @@ class KubernetesProvider(NodeProvider):
                 node_id, self.namespace, tag_patch(tags), _preload_content=False
             )
         except api_error() as exc:
+            if status_of(exc) == 404:
+                return  # gone (or never made): nothing to tag
             raise ProviderError(f"cannot label pod {node_id}: {message_of(exc)}") from exc
 
     def cleanup(self, purge: bool = False) -> list[str]:

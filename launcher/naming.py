@@ -1,7 +1,8 @@
 """Names derived from a cluster name, unique per exact name and valid for a cloud's rules.
 
-A cloud's naming rules often force a changed form of the cluster name (GCE wants lowercase
-letters, digits and `-`; IAM compares role names without case; every cloud caps the length).
+A cloud's naming rules (each provider's `names.py` holds its `NameRule`s) often force a
+changed form of the cluster name (GCE wants lowercase letters, digits and `-`; IAM compares
+role names without case; every cloud caps the length).
 Two clusters whose names differ only in what that change removes (`ml.prod`, `ml_prod`,
 `ML-prod`) would then share one service account, role or firewall tag, and each could act
 on, or delete, the other's. So: where the name a rule allows is not the cluster name itself,
@@ -53,20 +54,6 @@ class NameRule:
         if re.search(self.invalid, name):
             return False
         return bool(re.match(self.start, name[0])) and bool(re.match(self.end, name[-1]))
-
-
-# GCE resource names (instances, firewall rules, network tags): RFC 1035 labels.
-GCE_NAME = NameRule(63, r"[^a-z0-9-]+", lowercase=True, start="[a-z]", end="[a-z0-9]")
-# GCP service account ids: 6-30 characters, otherwise as GCE names.
-GCP_ACCOUNT = NameRule(30, r"[^a-z0-9-]+", lowercase=True, start="[a-z]", end="[a-z0-9]")
-# GCP custom role ids: letters, digits, `_` and `.`, up to 64.
-GCP_ROLE = NameRule(64, r"[^A-Za-z0-9_.]+", start="[A-Za-z]", end="[A-Za-z0-9_]")
-# AWS IAM role, instance profile and policy names: 64 of [A-Za-z0-9+=,.@_-], case-blind.
-AWS_IAM = NameRule(64, r"[^A-Za-z0-9+=,.@_-]+", ignores_case=True, start=".", end=".")
-# EC2 security group and key pair names: 255 characters, compared with case.
-AWS_EC2 = NameRule(255, r"[^A-Za-z0-9 ._:/()#,@\[\]+=&;{}!$*-]+", start=".", end=".")
-# Kubernetes object names (DNS-1123 labels, which every object kind accepts).
-KUBE_NAME = NameRule(63, r"[^a-z0-9-]+", lowercase=True, start="[a-z0-9]", end="[a-z0-9]")
 
 
 def derive(prefix: str, cluster: str, rule: NameRule, suffix: str = "") -> str:

@@ -23,9 +23,9 @@ from launcher.cli.main import cli
 from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
 from launcher.errors import ConfigError, ProviderError
-from launcher.naming import AWS_EC2, AWS_IAM
 from launcher.providers.aws import provider as aws_provider
 from launcher.providers.aws.iam import POLICY_NAME, head_policy
+from launcher.providers.aws.names import AWS_EC2, AWS_IAM
 from launcher.providers.aws.provider import AwsProvider
 from launcher.providers.aws.spec import AwsSpec
 from launcher.providers.base import NodeKind

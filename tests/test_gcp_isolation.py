@@ -21,9 +21,9 @@ from fakes.gce.server import PROJECT, GceServer
 from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
 from launcher.errors import ConfigError
-from launcher.naming import GCE_NAME, GCP_ACCOUNT
 from launcher.providers.base import NodeKind
 from launcher.providers.gcp.instances import encode_value
+from launcher.providers.gcp.names import GCE_NAME, GCP_ACCOUNT
 from launcher.providers.gcp.provider import GcpProvider
 from launcher.providers.gcp.spec import GcpSpec
 

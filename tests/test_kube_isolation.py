@@ -15,10 +15,9 @@ import pytest
 from fakes.kube.server import KubeServer
 from launcher.config.loader import Overrides, parse_config
 from launcher.errors import UsageError
-from launcher.naming import KUBE_NAME
 from launcher.providers.base import TAG_CLUSTER, NodeKind
 from launcher.providers.factory import make_provider
-from launcher.providers.kubernetes.names import autoscaler_name
+from launcher.providers.kubernetes.names import KUBE_NAME, autoscaler_name
 from launcher.providers.kubernetes.objects import CREATED_BY, SHARED_NAME, USED_BY
 from launcher.providers.kubernetes.provider import KubernetesProvider
 from launcher.providers.kubernetes.spec import KubernetesSpec

@@ -9,17 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.naming import (
-    AWS_EC2,
-    AWS_IAM,
-    GCE_NAME,
-    GCP_ACCOUNT,
-    GCP_ROLE,
-    KUBE_NAME,
-    NameRule,
-    derive,
-    name_hash,
-)
+from launcher.naming import NameRule, derive, name_hash
+from launcher.providers.aws.names import AWS_EC2, AWS_IAM
+from launcher.providers.gcp.names import GCE_NAME, GCP_ACCOUNT, GCP_ROLE
+from launcher.providers.kubernetes.names import KUBE_NAME
 
 # (prefix, rule, suffix) as the providers use them.
 USES = [

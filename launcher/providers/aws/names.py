@@ -13,8 +13,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from launcher.naming import AWS_EC2, AWS_IAM, derive
+from launcher.naming import NameRule, derive
 
+# AWS IAM role, instance profile and policy names: 64 of [A-Za-z0-9+=,.@_-], case-blind.
+AWS_IAM = NameRule(64, r"[^A-Za-z0-9+=,.@_-]+", ignores_case=True, start=".", end=".")
+# EC2 security group and key pair names: 255 characters, compared with case.
+AWS_EC2 = NameRule(255, r"[^A-Za-z0-9 ._:/()#,@\[\]+=&;{}!$*-]+", start=".", end=".")
 # EC2: "Names are case-insensitive and must be unique within the VPC" (CreateSecurityGroup).
 EC2_CASE_BLIND = dataclasses.replace(AWS_EC2, ignores_case=True)
 

@@ -17,13 +17,20 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.naming import GCE_NAME, GCP_ACCOUNT, derive, name_hash
+from launcher.naming import NameRule, derive, name_hash
 from launcher.providers.keyfiles import key_path
 
 if TYPE_CHECKING:
     from launcher.providers.base import NodeKind
 
 _STEM_MAX = 30  # of the cluster name in instance names: 9 + 9 + 30 + 3 + 10 <= 63
+
+# GCE resource names (instances, firewall rules, network tags): RFC 1035 labels.
+GCE_NAME = NameRule(63, r"[^a-z0-9-]+", lowercase=True, start="[a-z]", end="[a-z0-9]")
+# GCP service account ids: 6-30 characters, otherwise as GCE names.
+GCP_ACCOUNT = NameRule(30, r"[^a-z0-9-]+", lowercase=True, start="[a-z]", end="[a-z0-9]")
+# GCP custom role ids: letters, digits, `_` and `.`, up to 64.
+GCP_ROLE = NameRule(64, r"[^A-Za-z0-9_.]+", start="[A-Za-z]", end="[A-Za-z0-9_]")
 
 
 def account_id(cluster: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from launcher.naming import KUBE_NAME, NameRule, derive
+from launcher.naming import NameRule, derive
 
 # The objects the launcher makes for a cluster's head pod when the config names none.
 AUTOSCALER_PREFIX = "launcher-autoscaler-"
@@ -22,6 +22,9 @@ GENERATE_NAME = NameRule(58, r"[^a-z0-9-]+", lowercase=True, start="[a-z0-9]", e
 # A label value: 63 characters at most, letters, digits, `-`, `_` and `.`, starting and
 # ending with a letter or digit (or empty).
 _LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+# Kubernetes object names (DNS-1123 labels, which every object kind accepts).
+KUBE_NAME = NameRule(63, r"[^a-z0-9-]+", lowercase=True, start="[a-z0-9]", end="[a-z0-9]")
 
 
 def autoscaler_name(cluster_name: str) -> str:

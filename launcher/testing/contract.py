@@ -54,6 +54,7 @@ from launcher.providers.base import (
     NodeStatus,
     ProviderTraits,
 )
+from launcher.providers.factory import make_provider
 from launcher.providers.registry import SPECS
 
 LISTING_WAIT_S = 60.0  # listing is eventually consistent with creation
@@ -114,6 +115,31 @@ class Harness(Protocol):
     def leftovers(self, cluster: str) -> list[str]:
         """What the backend still holds of `cluster` (empty once it is wholly gone)."""
         ...
+
+
+class ConfigHarness:
+    """A harness whose providers are made from `config` as commands make them (the
+    factory), bootstrapped; subclasses give `types`, `config`, `exhaust`, `leftovers`, and
+    `restore` where `exhaust` changed the backend."""
+
+    types: Types
+
+    def config(self, cluster: str) -> ClusterConfig:
+        raise NotImplementedError
+
+    def provider(self, cluster: str) -> NodeProvider:
+        provider = make_provider(self.config(cluster))
+        provider.bootstrap()
+        return provider
+
+    def exhaust(self, provider: NodeProvider) -> str:
+        raise NotImplementedError
+
+    def restore(self) -> None:
+        return None
+
+    def leftovers(self, cluster: str) -> list[str]:
+        raise NotImplementedError
 
 
 def eventually(provider: NodeProvider, check: Callable[[list[Node]], bool]) -> list[Node]:

@@ -11,14 +11,20 @@ from fakes.gce.server import PROJECT, GceServer
 from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
 from launcher.providers.base import NodeProvider
-from launcher.providers.factory import make_provider
 from launcher.providers.registry import SPECS
-from launcher.testing.contract import RUNS_COMMANDS, Harness, Lack, ProviderContract, Types
+from launcher.testing.contract import (
+    RUNS_COMMANDS,
+    ConfigHarness,
+    Harness,
+    Lack,
+    ProviderContract,
+    Types,
+)
 from tests.conftest import REPO
 from tests.contract.types_text import TYPES_TEXT
 
 
-class GcpHarness:
+class GcpHarness(ConfigHarness):
     types = Types("head", "worker")
 
     def __init__(self, server: GceServer) -> None:
@@ -39,11 +45,6 @@ class GcpHarness:
         )
         text += TYPES_TEXT.replace("SCARCE", node).replace("NODE", node)
         return parse_config(text, f"{cluster}.yaml", Overrides())
-
-    def provider(self, cluster: str) -> NodeProvider:
-        provider = make_provider(self.config(cluster))
-        provider.bootstrap()
-        return provider
 
     def exhaust(self, provider: NodeProvider) -> str:
         self.server.faults.no_capacity()

@@ -14,10 +14,10 @@ from fakes.kube.server import KubeServer
 from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
 from launcher.providers.base import NodeProvider
-from launcher.providers.factory import make_provider
 from launcher.testing.contract import (
     RUNS_COMMANDS,
     SEVERAL_ZONES,
+    ConfigHarness,
     Harness,
     Lack,
     ProviderContract,
@@ -27,7 +27,7 @@ from tests.conftest import REPO
 from tests.contract.types_text import TYPES_TEXT
 
 
-class KubernetesHarness:
+class KubernetesHarness(ConfigHarness):
     types = Types("head", "worker")
 
     def __init__(self, server: KubeServer) -> None:
@@ -48,16 +48,8 @@ class KubernetesHarness:
         text += TYPES_TEXT.replace("SCARCE", pod("64")).replace("NODE", pod("100m"))
         return parse_config(text, f"{cluster}.yaml", Overrides())
 
-    def provider(self, cluster: str) -> NodeProvider:
-        provider = make_provider(self.config(cluster))
-        provider.bootstrap()
-        return provider
-
     def exhaust(self, provider: NodeProvider) -> str:
         return "scarce"  # no node has 64 CPUs: its pods stay unschedulable
-
-    def restore(self) -> None:
-        return None
 
     def leftovers(self, cluster: str) -> list[str]:
         found = [

@@ -13,13 +13,19 @@ from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
 from launcher.paths import cluster_dir
 from launcher.providers.base import NodeProvider
-from launcher.providers.factory import make_provider
-from launcher.testing.contract import SEVERAL_ZONES, Harness, Lack, ProviderContract, Types
+from launcher.testing.contract import (
+    SEVERAL_ZONES,
+    ConfigHarness,
+    Harness,
+    Lack,
+    ProviderContract,
+    Types,
+)
 from tests.conftest import RAY_EXAMPLES, REPO
 from tests.contract.types_text import TYPES_TEXT
 
 
-class LocalhostHarness:
+class LocalhostHarness(ConfigHarness):
     types = Types("head", "worker")
 
     def __init__(self, provider_type: str) -> None:
@@ -31,16 +37,8 @@ class LocalhostHarness:
         text += TYPES_TEXT.replace("SCARCE", "{simulated_capacity: 0}").replace("NODE", "{}")
         return parse_config(text, f"{cluster}.yaml", Overrides())
 
-    def provider(self, cluster: str) -> NodeProvider:
-        provider = make_provider(self.config(cluster))
-        provider.bootstrap()
-        return provider
-
     def exhaust(self, provider: NodeProvider) -> str:
         return "scarce"  # simulated_capacity: 0
-
-    def restore(self) -> None:
-        return None
 
     def leftovers(self, cluster: str) -> list[str]:
         state = cluster_dir(cluster) / "localhost"

@@ -12,12 +12,18 @@ from fakes.hosts.ssh import IsolatedHost, isolated_hosts, make_key
 from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
 from launcher.providers.base import NodeKind, NodeProvider
-from launcher.providers.factory import make_provider
-from launcher.testing.contract import SEVERAL_ZONES, Harness, Lack, ProviderContract, Types
+from launcher.testing.contract import (
+    SEVERAL_ZONES,
+    ConfigHarness,
+    Harness,
+    Lack,
+    ProviderContract,
+    Types,
+)
 from tests.conftest import REPO
 
 
-class OnPremHarness:
+class OnPremHarness(ConfigHarness):
     types = Types("ray.head.default", "ray.worker.default")
 
     def __init__(self, key: Path, hosts: list[IsolatedHost]) -> None:
@@ -33,11 +39,6 @@ class OnPremHarness:
         )
         return parse_config(text, f"{cluster}.yaml", Overrides())
 
-    def provider(self, cluster: str) -> NodeProvider:
-        provider = make_provider(self.config(cluster))
-        provider.bootstrap()
-        return provider
-
     def exhaust(self, provider: NodeProvider) -> str:
         # The listed machines are the whole pool: claim every one of them.
         worker = provider.config.node_types[self.types.worker]
@@ -45,9 +46,6 @@ class OnPremHarness:
         if free:
             provider.create_nodes(worker, NodeKind.WORKER, free, {})
         return self.types.worker
-
-    def restore(self) -> None:
-        return None
 
     def leftovers(self, cluster: str) -> list[str]:
         records = self.head.path(f"~/.launcher/onprem/{cluster}")

@@ -4,7 +4,7 @@ only once seen done, and which port the dashboard is on."""
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,12 @@ from launcher.cluster.dashboard import (
 from launcher.cluster.head import HeadSession
 from launcher.config.loader import parse_config
 from launcher.errors import LauncherError, NoClusterError, UsageError
+from launcher.providers.access import NoAccess
 from launcher.providers.base import Node, NodeKind, NodeState
+from launcher.providers.simulation import SimulatesReclaims
+from launcher.runners.base import CommandRunner
+from launcher.runners.forward import PortOpener
+from launcher.testing import MemoryProvider
 
 CONFIG = parse_config(
     "cluster_name: chaos\nprovider: {type: localhost}\n"
@@ -38,26 +43,32 @@ def _node(
     return Node(node_id, kind, "w" if kind is NodeKind.WORKER else "head", "127.0.0.9", state)
 
 
-class _Provider:
-    """Lists what it is given; terminations take `lag` listings to show."""
+class _Provider(MemoryProvider):
+    """The in-memory provider with a running head (unless not `head`) and a worker in state
+    `worker` (None: none), at 127.0.0.9. `lag`: the listings a termination takes to show;
+    with `reclaims`, it gives notice (recorded) and takes a node back as a cloud would
+    (listed preempted)."""
 
-    def __init__(self, nodes: list[Node], lag: int = 0, reclaims: bool = False) -> None:
-        self.listed = nodes
-        self.lag = lag
+    def __init__(
+        self,
+        head: bool = True,
+        worker: NodeState | None = NodeState.RUNNING,
+        *,
+        lag: int = 0,
+        reclaims: bool = False,
+    ) -> None:
+        super().__init__(CONFIG)
         self.reclaims = reclaims
-        self.terminated: list[str] = []
         self.noticed: list[tuple[str, float]] = []
-        self.listings = 0
-
-    def nodes(self) -> list[Node]:
-        self.listings += 1
-        if not self.terminated or self.lag > 0:
-            self.lag -= bool(self.terminated)
-            return list(self.listed)
-        return [n for n in self.listed if n.id not in self.terminated]
-
-    def terminate_nodes(self, ids: Sequence[str]) -> None:
-        self.terminated.extend(ids)
+        types = CONFIG.node_types
+        if head:
+            (made,) = self.create_nodes(types["head"], NodeKind.HEAD, 1, {})
+            self.update(made.id, ip="127.0.0.9", state=NodeState.RUNNING)
+        self.worker_id = ""
+        if worker is not None:
+            (made,) = self.create_nodes(types["w"], NodeKind.WORKER, 1, {})
+            self.worker_id = self.update(made.id, ip="127.0.0.9", state=worker).id
+        self.lag = lag
 
     def notify_reclaim(self, node: Node, at: float) -> bool:
         if not self.reclaims:
@@ -68,11 +79,16 @@ class _Provider:
     def reclaim_node(self, node: Node) -> bool:
         if not self.reclaims:
             return False
-        self.listed = [
-            Node(n.id, n.kind, n.node_type, n.ip, NodeState.PREEMPTED) if n.id == node.id else n
-            for n in self.listed
-        ]
+        self.update(node.id, state=NodeState.PREEMPTED)
         return True
+
+    @property
+    def terminated(self) -> list[str]:
+        return [i for c in self.calls_of("terminate_nodes") for i in c.node_ids]
+
+    @property
+    def listings(self) -> int:
+        return len(self.calls_of("nodes"))
 
 
 class _Clock:
@@ -92,7 +108,7 @@ def _kill(provider: _Provider, clock: _Clock | None = None) -> Any:
         CONFIG,
         hard=True,
         rng=random.Random(1),
-        provider=provider,  # type: ignore[arg-type]
+        provider=provider,
         clock=clock,
         sleep=clock.sleep,
     )
@@ -109,29 +125,31 @@ def test_only_running_workers_are_candidates() -> None:
 
 
 def test_terminated_is_said_only_once_the_node_is_no_longer_listed() -> None:
-    provider = _Provider([_node("h", NodeKind.HEAD), _node("w1")], lag=3)
+    provider = _Provider(lag=3)
     result = _kill(provider)
-    assert result.how is Kill.TERMINATED and result.node.id == "w1"
+    assert result.how is Kill.TERMINATED and result.node.id == provider.worker_id
+    assert provider.terminated == [provider.worker_id]
     assert provider.listings == 1 + 4  # the pick, then until it was gone
 
 
 def test_a_node_still_listed_after_the_wait_is_an_error_not_a_success() -> None:
-    provider = _Provider([_node("h", NodeKind.HEAD), _node("w1")], lag=10**6)
+    provider = _Provider(lag=10**6)
     with pytest.raises(LauncherError, match=f"still listed .* after {GONE_WAIT_S:g} s"):
         _kill(provider)
 
 
 def test_a_provider_that_can_reclaim_reports_the_node_preempted() -> None:
-    provider = _Provider([_node("h", NodeKind.HEAD), _node("w1")], reclaims=True)
+    provider = _Provider(reclaims=True)
+    assert isinstance(provider, SimulatesReclaims)
     result = _kill(provider)
     assert result.how is Kill.RECLAIMED and provider.terminated == []
 
 
 def test_no_head_is_no_cluster_and_no_worker_is_said_plainly() -> None:
     with pytest.raises(NoClusterError, match="is not running"):
-        _kill(_Provider([_node("w1")]))
+        _kill(_Provider(head=False))
     with pytest.raises(LauncherError, match="has no running worker to kill"):
-        _kill(_Provider([_node("h", NodeKind.HEAD), _node("w1", state=NodeState.DEAD)]))
+        _kill(_Provider(worker=NodeState.DEAD))
 
 
 @pytest.mark.parametrize(
@@ -166,11 +184,13 @@ def test_a_cluster_without_a_dashboard_is_refused_before_anything_is_forwarded(
         "nodash.yaml",
     )
 
-    class _NoProvider:
-        def port_opener(self, *args: object) -> object:
+    class _NoForwarding(NoAccess):
+        def port_opener(self, node: Node, runner: CommandRunner) -> PortOpener:
             raise AssertionError("nothing must be forwarded")
 
-    session = HeadSession(config, _NoProvider(), _node("h", NodeKind.HEAD), None, {}, None)  # type: ignore[arg-type]
+    provider = MemoryProvider(config)
+    provider.access = _NoForwarding(config)
+    session = HeadSession(config, provider, _node("h", NodeKind.HEAD), None, {}, None)  # type: ignore[arg-type]
     with (
         pytest.raises(NoDashboardError, match="runs Ray without a dashboard"),
         forwarded_dashboard(session, 8265, None),
@@ -179,27 +199,27 @@ def test_a_cluster_without_a_dashboard_is_refused_before_anything_is_forwarded(
 
 
 def test_a_notice_is_given_then_the_node_is_reclaimed_when_it_runs_out() -> None:
-    provider = _Provider([_node("h", NodeKind.HEAD), _node("w1")], reclaims=True)
+    provider = _Provider(reclaims=True)
     clock, told = _Clock(), []
     result = kill_random_node(
         CONFIG,
         hard=True,
         notice_s=30,
         on_notice=lambda node, at: told.append((node.id, at, clock.now)),
-        provider=provider,  # type: ignore[arg-type]
+        provider=provider,
         clock=clock,
         sleep=clock.sleep,
     )
     assert result.how is Kill.RECLAIMED
     ((node_id, at, told_at),) = told
-    assert node_id == "w1" and provider.noticed == [("w1", at)]
+    assert node_id == provider.worker_id and provider.noticed == [(provider.worker_id, at)]
     assert told_at == 0.0 and clock.now >= 30  # told first, taken after the notice
 
 
 def test_a_notice_needs_hard_and_a_provider_that_can_give_one() -> None:
     with pytest.raises(UsageError, match="needs --hard"):
-        kill_random_node(CONFIG, hard=False, notice_s=5, provider=_Provider([]))  # type: ignore[arg-type]
-    cannot = _Provider([_node("h", NodeKind.HEAD), _node("w1")])
+        kill_random_node(CONFIG, hard=False, notice_s=5, provider=_Provider(False, None))
+    cannot = _Provider()
     with pytest.raises(UsageError, match="cannot be given a reclaim notice"):
-        kill_random_node(CONFIG, hard=True, notice_s=5, provider=cannot)  # type: ignore[arg-type]
+        kill_random_node(CONFIG, hard=True, notice_s=5, provider=cannot)
     assert cannot.terminated == []  # nothing was done to it

@@ -1,7 +1,8 @@
 """`kill-random-node --head [--hard]`: the head taken away, as a cloud would, without a real
-Ray cluster: the choice and what is reported against a fake provider, and on the localhost
-provider every process of the head killed (stand-ins for Ray, the autoscaler and drivers,
-found by the cluster key and the head's node id) while other nodes' and clusters' live on."""
+Ray cluster: the choice and what is reported against the in-memory provider, and on the
+localhost provider every process of the head killed (stand-ins for Ray, the autoscaler and
+drivers, found by the cluster key and the head's node id) while other nodes' and clusters'
+live on."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import random
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -21,10 +22,13 @@ from launcher.cluster.chaos import Kill, KillResult, kill_random_node
 from launcher.config.loader import parse_config
 from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError, UsageError
+from launcher.providers.access import NoAccess
 from launcher.providers.base import Node, NodeKind, NodeState
 from launcher.providers.localhost.processes import is_alive
 from launcher.providers.localhost.provider import LocalhostProvider
+from launcher.providers.simulation import SimulatesReclaims
 from launcher.runners.base import CommandRunner
+from launcher.testing import MemoryProvider
 from tests.conftest import run_cli
 
 
@@ -48,52 +52,50 @@ def _own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAUNCHER_MACHINE_DIR", str(tmp_path / "machine"))
 
 
-# -- the choice and the report, against a fake provider -----------------------------------
+# -- the choice and the report, against the in-memory provider ----------------------------
 
 
-def _node(node_id: str, kind: NodeKind, state: NodeState = NodeState.RUNNING) -> Node:
-    node_type = "head" if kind is NodeKind.HEAD else "w"
-    return Node(node_id, kind, node_type, "127.0.0.9", state)
+class _RayStops(NoAccess):
+    """Node access whose nodes run nothing, but whose Ray can be stopped (recorded);
+    `stuck`: what it cannot stop."""
 
-
-class _Provider:
-    """Lists what it is given; a termination or reclaim shows after `lag` more listings."""
-
-    def __init__(
-        self, nodes: list[Node], *, reclaims: bool = False, lag: int = 0, stuck: str | None = None
-    ) -> None:
-        self.listed = nodes
-        self.reclaims = reclaims
-        self.lag = lag
-        self.stuck = stuck  # what stop_node_ray cannot stop
+    def __init__(self, config: ClusterConfig, stuck: str | None) -> None:
+        super().__init__(config)
+        self.stuck = stuck
         self.stopped: list[str] = []
-        self.reclaimed: list[str] = []
-        self.terminated: list[str] = []
-        self.listings = 0
-        self.access = self  # reaches its nodes itself: stop_node_ray below
-
-    def nodes(self) -> list[Node]:
-        self.listings += 1
-        if (self.reclaimed or self.terminated) and self.lag > 0:
-            self.lag -= 1
-            return list(self.listed)
-        return [
-            Node(n.id, n.kind, n.node_type, n.ip, NodeState.PREEMPTED)
-            if n.id in self.reclaimed
-            else n
-            for n in self.listed
-            if n.id not in self.terminated
-        ]
 
     def command_runner(self, node: Node, log_path: Path) -> CommandRunner:
-        return None  # type: ignore[return-value]  # stop_node_ray below runs nothing
-
-    def container_mounts(self, node: Node) -> Sequence[Any]:
-        return ()
+        return cast(CommandRunner, object())  # stop_node_ray below runs nothing
 
     def stop_node_ray(self, node: Node, runner: CommandRunner, force: bool = False) -> str | None:
         self.stopped.append(node.id)
         return self.stuck
+
+
+class _Provider(MemoryProvider):
+    """The in-memory provider with a running head and worker at 127.0.0.9 (the head in
+    `head_state`), whose Ray `access` stops (recorded); with `reclaims`, it takes a node
+    back as a cloud would (listed preempted). `lag`: the listings a termination or a
+    reclaim takes to show."""
+
+    def __init__(
+        self,
+        head_state: NodeState = NodeState.RUNNING,
+        *,
+        reclaims: bool = False,
+        lag: int = 0,
+        stuck: str | None = None,
+    ) -> None:
+        super().__init__(CONFIG)
+        self.access = self.ray = _RayStops(CONFIG, stuck)
+        self.reclaims = reclaims
+        self.reclaimed: list[str] = []
+        types = CONFIG.node_types
+        (worker,) = self.create_nodes(types["w"], NodeKind.WORKER, 1, {})
+        (head,) = self.create_nodes(types["head"], NodeKind.HEAD, 1, {})
+        self.update(worker.id, ip="127.0.0.9", state=NodeState.RUNNING)
+        self.head_id = self.update(head.id, ip="127.0.0.9", state=head_state).id
+        self.lag = lag
 
     def notify_reclaim(self, node: Node, at: float) -> bool:
         raise AssertionError("a head is given no notice")
@@ -101,10 +103,16 @@ class _Provider:
     def reclaim_node(self, node: Node) -> bool:
         if self.reclaims:
             self.reclaimed.append(node.id)
+            self.update(node.id, state=NodeState.PREEMPTED)
         return self.reclaims
 
-    def terminate_nodes(self, ids: Sequence[str]) -> None:
-        self.terminated.extend(ids)
+    @property
+    def terminated(self) -> list[str]:
+        return [i for c in self.calls_of("terminate_nodes") for i in c.node_ids]
+
+    @property
+    def listings(self) -> int:
+        return len(self.calls_of("nodes"))
 
 
 class _Clock:
@@ -118,10 +126,6 @@ class _Clock:
         self.now += seconds
 
 
-def _cluster(head_state: NodeState = NodeState.RUNNING) -> list[Node]:
-    return [_node("w1", NodeKind.WORKER), _node("h1", NodeKind.HEAD, head_state)]
-
-
 def _kill_head(provider: _Provider, *, hard: bool) -> KillResult:
     clock = _Clock()
     return kill_random_node(
@@ -129,64 +133,71 @@ def _kill_head(provider: _Provider, *, hard: bool) -> KillResult:
         hard=hard,
         head=True,
         rng=random.Random(1),
-        provider=provider,  # type: ignore[arg-type]
+        provider=provider,
         clock=clock,
         sleep=clock.sleep,
     )
 
 
 def test_without_hard_the_heads_ray_is_stopped_and_its_machine_stays() -> None:
-    provider = _Provider(_cluster())
+    provider = _Provider()
     result = _kill_head(provider, hard=False)
-    assert (result.node.id, result.how) == ("h1", Kill.RAY_STOPPED)
-    assert provider.stopped == ["h1"]
+    assert (result.node.id, result.how) == (provider.head_id, Kill.RAY_STOPPED)
+    assert provider.ray.stopped == [provider.head_id]
     assert provider.terminated == [] and provider.reclaimed == []
 
 
 def test_ray_left_on_the_head_is_an_error_naming_the_head() -> None:
-    provider = _Provider(_cluster(), stuck="1 process(es) of node h1 still run: pid 7")
-    with pytest.raises(LauncherError, match="could not stop Ray on head h1: 1 process"):
+    provider = _Provider(stuck="1 process(es) of the head still run: pid 7")
+    with pytest.raises(
+        LauncherError, match=f"could not stop Ray on head {provider.head_id}: 1 process"
+    ):
         _kill_head(provider, hard=False)
 
 
 def test_hard_reclaims_the_head_where_the_provider_can_once_it_is_listed_preempted() -> None:
-    provider = _Provider(_cluster(), reclaims=True, lag=2)
+    provider = _Provider(reclaims=True, lag=2)
+    assert isinstance(provider, SimulatesReclaims)
     result = _kill_head(provider, hard=True)
-    assert (result.node.id, result.how) == ("h1", Kill.RECLAIMED)
-    assert provider.reclaimed == ["h1"] and provider.terminated == []
+    assert (result.node.id, result.how) == (provider.head_id, Kill.RECLAIMED)
+    assert provider.reclaimed == [provider.head_id] and provider.terminated == []
     assert provider.listings == 1 + 3  # the pick, then until it was seen preempted
 
 
 def test_hard_terminates_the_head_elsewhere_once_it_is_unlisted() -> None:
-    provider = _Provider(_cluster(), lag=3)
+    provider = _Provider(lag=3)
     result = _kill_head(provider, hard=True)
-    assert (result.node.id, result.how) == ("h1", Kill.TERMINATED)
-    assert provider.terminated == ["h1"] and provider.stopped == []
+    assert (result.node.id, result.how) == (provider.head_id, Kill.TERMINATED)
+    assert provider.terminated == [provider.head_id] and provider.ray.stopped == []
     assert provider.listings == 1 + 4
 
 
 def test_a_head_that_stays_listed_is_an_error_naming_the_head() -> None:
-    provider = _Provider(_cluster(), lag=10**6)
-    with pytest.raises(LauncherError, match="terminate head h1, but it is still listed"):
+    provider = _Provider(lag=10**6)
+    with pytest.raises(
+        LauncherError, match=f"terminate head {provider.head_id}, but it is still listed"
+    ):
         _kill_head(provider, hard=True)
 
 
 def test_a_head_already_taken_or_without_ray_is_refused_and_left_alone() -> None:
-    preempted = _Provider(_cluster(NodeState.PREEMPTED), reclaims=True)
-    with pytest.raises(LauncherError, match="head h1 of cluster khead is listed preempted"):
+    preempted = _Provider(NodeState.PREEMPTED, reclaims=True)
+    with pytest.raises(
+        LauncherError, match=f"head {preempted.head_id} of cluster khead is listed preempted"
+    ):
         _kill_head(preempted, hard=True)
-    dead = _Provider(_cluster(NodeState.DEAD))
+    dead = _Provider(NodeState.DEAD)
     with pytest.raises(LauncherError, match="is listed dead: there is no Ray"):
         _kill_head(dead, hard=False)
-    assert (preempted.reclaimed, dead.stopped, dead.terminated) == ([], [], [])
+    assert (preempted.reclaimed, dead.ray.stopped, dead.terminated) == ([], [], [])
     # A head whose Ray died is still a machine: --hard takes it.
-    assert _kill_head(_Provider(_cluster(NodeState.DEAD)), hard=True).how is Kill.TERMINATED
+    assert _kill_head(_Provider(NodeState.DEAD), hard=True).how is Kill.TERMINATED
 
 
 def test_a_notice_is_refused_for_the_head_before_anything_is_listed() -> None:
-    provider = _Provider(_cluster(), reclaims=True)
+    provider = _Provider(reclaims=True)
     with pytest.raises(UsageError, match="drop --notice"):
-        kill_random_node(CONFIG, hard=True, head=True, notice_s=5, provider=provider)  # type: ignore[arg-type]
+        kill_random_node(CONFIG, hard=True, head=True, notice_s=5, provider=provider)
     assert provider.listings == 0 and provider.reclaimed == []
 
 
@@ -203,7 +214,7 @@ def _cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, provider: _Provider, *
 def test_head_with_notice_is_one_usage_line_and_exit_2(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    provider = _Provider(_cluster(), reclaims=True)
+    provider = _Provider(reclaims=True)
     for flags in (["--hard", "--notice", "5"], ["--notice", "5"]):
         result, _ = _cli(monkeypatch, tmp_path, provider, "--head", *flags, "-y")
         assert result.exit_code == 2, result.stdout + result.stderr
@@ -213,21 +224,20 @@ def test_head_with_notice_is_one_usage_line_and_exit_2(
 
 
 def test_the_question_names_the_head(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    provider = _Provider(_cluster(), reclaims=True)
+    provider = _Provider(reclaims=True)
     result, _ = _cli(monkeypatch, tmp_path, provider, "--head", "--hard")  # not at a terminal
     assert result.exit_code == 2
-    assert "This will take away the head h1 (head) with IP 127.0.0.9 of cluster khead" in (
-        result.stderr
-    )
+    said = f"This will take away the head {provider.head_id} (head) with IP 127.0.0.9 of cluster"
+    assert said + " khead" in result.stderr
     assert provider.reclaimed == [] and provider.terminated == []
 
 
 @pytest.mark.parametrize(
     ("flags", "reclaims", "said"),
     [
-        (["--hard"], True, "Reclaimed head h1 (head) with IP 127.0.0.9 as a cloud reclaims"),
-        (["--hard"], False, "Terminated head h1 (head) with IP 127.0.0.9;"),
-        ([], False, "Stopped Ray on head h1 (head) with IP 127.0.0.9;"),
+        (["--hard"], True, "Reclaimed head {} (head) with IP 127.0.0.9 as a cloud reclaims"),
+        (["--hard"], False, "Terminated head {} (head) with IP 127.0.0.9;"),
+        ([], False, "Stopped Ray on head {} (head) with IP 127.0.0.9;"),
     ],
 )
 def test_what_was_done_to_the_head_and_what_brings_it_back_is_said(
@@ -237,11 +247,11 @@ def test_what_was_done_to_the_head_and_what_brings_it_back_is_said(
     reclaims: bool,
     said: str,
 ) -> None:
-    provider = _Provider(_cluster(), reclaims=reclaims)
+    provider = _Provider(reclaims=reclaims)
     result, path = _cli(monkeypatch, tmp_path, provider, "--head", *flags, "-y")
     assert result.exit_code == 0, result.stdout + result.stderr
     (line,) = result.stdout.strip().splitlines()
-    assert line.startswith(said), line
+    assert line.startswith(said.format(provider.head_id)), line
     assert "nothing replaces a lost head by itself" in line
     assert "`launcher submit --recover` brings up a new head" in line
     assert line.endswith(f"`launcher up {path}`.")

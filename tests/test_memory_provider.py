@@ -170,6 +170,28 @@ def test_the_world_changes_nodes_through_update(config: ClusterConfig) -> None:
     assert seen.state is NodeState.PREEMPTED and seen.ip == "10.0.0.1"
 
 
+def test_with_a_lag_listings_show_a_change_only_after_that_many_calls(
+    config: ClusterConfig,
+) -> None:
+    cpu = config.node_types["cpu"]
+    cloud = MemoryProvider(config, lag=2)
+    (first,) = cloud.create_nodes(cpu, NodeKind.WORKER, 1, {})
+    assert cloud.nodes() == [] and cloud.nodes() == []  # made, not listed yet
+    assert cloud.nodes() == [first] and cloud.held() == [first]
+    cloud.update(first.id, state=NodeState.PREEMPTED)
+    assert cloud.nodes() == [first]  # as it was
+    cloud.terminate_nodes([first.id])  # meanwhile: shows with the update
+    assert cloud.nodes() == [first] and cloud.held() == []
+    assert cloud.nodes() == []
+    cloud.terminate_nodes([first.id])  # nothing changes: nothing to lag behind
+    (second,) = cloud.create_nodes(cpu, NodeKind.WORKER, 1, {})
+    cloud.lag = 0  # the lag already begun runs out; later changes show at once
+    assert cloud.nodes() == [] and cloud.nodes() == []
+    cloud.set_tags(second.id, {"k": "v"})
+    (seen,) = cloud.nodes()
+    assert seen.tags["k"] == "v" and len(cloud.calls_of("nodes")) == 9
+
+
 def test_bootstrap_is_idempotent_and_cleanup_leaves_nothing(config: ClusterConfig) -> None:
     cloud = MemoryProvider(config, keeps_stopped=True)
     assert cloud.bootstrap() == ["in-memory cluster mem"]

@@ -1,10 +1,11 @@
 """An in-memory provider: the real `NodeProvider` seam with nothing behind it.
 
 Nodes live in a dict; each node type has zones, each (type, zone) a capacity; any method can
-be told to fail; every call is recorded. It keeps the invariants `providers/base.py` states
-(request ids make `create_nodes` safe to repeat, removing a gone node is no error, tags
-merge, capacity runs out as a CapacityError naming every zone tried), so code above the seam
-(the autoscaler's executor and daemon) can be tested against it without a cloud.
+be told to fail; every call is recorded; listings may lag behind changes, as a cloud's do. It
+keeps the invariants `providers/base.py` states (request ids make `create_nodes` safe to
+repeat, removing a gone node is no error, tags merge, capacity runs out as a CapacityError
+naming every zone tried), so code above the seam (the autoscaler's executor and daemon) can
+be tested against it without a cloud.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ class MemoryProvider(NodeProvider):
     `create_nodes` of their type resumes them before making new ones.
     `frees_capacity`: what its traits say of a termination (room in a zone comes back when
     a node there goes, whatever they say: a zone holds `capacity` nodes at once).
+    `lag`: how many listings a change to the nodes takes to show (a cloud's eventually
+    consistent listing): after a change (a node made, resumed, removed, stopped, retagged
+    or `update`d), the next `lag` calls of `nodes()` answer with the nodes as they were
+    before it; changes made meanwhile show with it. 0 (the default): at once. `held()`
+    always has the nodes as they are. An attribute: set it once the scene is set.
     Its nodes run nothing: its `access` is the default `NoAccess`.
     """
 
@@ -70,6 +76,7 @@ class MemoryProvider(NodeProvider):
         keeps_stopped: bool = False,
         frees_capacity: bool = False,
         clock: Callable[[], float] = time.time,
+        lag: int = 0,
         on_head: bool = False,
     ) -> None:
         super().__init__(config, on_head)
@@ -80,12 +87,15 @@ class MemoryProvider(NodeProvider):
             keeps_stopped_nodes=keeps_stopped, terminating_frees_capacity=frees_capacity
         )
         self.clock = clock
+        self.lag = lag
         self.calls: list[Call] = []
         self.bootstrapped = False
         self._running: dict[str, Node] = {}
         self._stopped: dict[str, Node] = {}
         self._failures: dict[str, list[_Failure]] = {}
         self._ids = itertools.count()
+        self._listed: list[Node] = []  # what `nodes()` answers while `_stale` lasts
+        self._stale = 0  # listings left that answer with `_listed`
         self._lock = threading.RLock()
 
     # -- what tests use to set the scene and look at it ---------------------------------
@@ -103,7 +113,8 @@ class MemoryProvider(NodeProvider):
                 self._failures.pop(method, None)
 
     def held(self) -> list[Node]:
-        """The nodes `nodes()` would list, without recording a call or failing."""
+        """The nodes it holds (what `nodes()` lists, once any `lag` has passed), without
+        recording a call or failing."""
         with self._lock:
             return list(self._running.values())
 
@@ -111,6 +122,7 @@ class MemoryProvider(NodeProvider):
         """Change a node as the world would (its state, address, reclaim notice, tags)."""
         with self._lock:
             node = dataclasses.replace(self._running[node_id], **changes)
+            self._changing()
             self._running[node_id] = node
             return node
 
@@ -129,8 +141,12 @@ class MemoryProvider(NodeProvider):
             return [f"in-memory cluster {self.cluster_name}"]
 
     def nodes(self) -> list[Node]:
-        self._called(Call("nodes"))
-        return self.held()
+        with self._lock:
+            self._called(Call("nodes"))
+            if self._stale > 0:
+                self._stale -= 1
+                return list(self._listed)
+            return self.held()
 
     def zones(self, node_type: NodeType) -> tuple[str, ...]:
         return self.type_zones.get(node_type.name, self.default_zones)
@@ -162,6 +178,8 @@ class MemoryProvider(NodeProvider):
         with self._lock:
             self._called(Call("terminate_nodes", node_ids=tuple(node_ids)))
             for node_id in node_ids:
+                if node_id in self._running:
+                    self._changing()
                 self._running.pop(node_id, None)
                 self._stopped.pop(node_id, None)
 
@@ -172,6 +190,8 @@ class MemoryProvider(NodeProvider):
         with self._lock:
             self._called(Call("stop_nodes", node_ids=tuple(node_ids)))
             for node_id in node_ids:
+                if node_id in self._running:
+                    self._changing()
                 node = self._running.pop(node_id, None)
                 if node is not None:
                     self._stopped[node_id] = dataclasses.replace(
@@ -188,6 +208,8 @@ class MemoryProvider(NodeProvider):
             self._called(Call("set_tags", node_ids=(node_id,)))
             for where in (self._running, self._stopped):
                 if node_id in where:
+                    if where is self._running:
+                        self._changing()
                     node = where[node_id]
                     where[node_id] = dataclasses.replace(node, tags={**node.tags, **tags})
                     return  # a node that is gone is ignored
@@ -220,6 +242,14 @@ class MemoryProvider(NodeProvider):
                     queued.pop(0)
             raise failure.error
 
+    def _changing(self) -> None:
+        """Called before each change to the running nodes: with a `lag`, listings answer
+        with the nodes as they are now for that many calls, unless an earlier change's are
+        still being answered."""
+        if self.lag > 0 and self._stale == 0:
+            self._listed = list(self._running.values())
+            self._stale = self.lag
+
     def _room(self, type_name: str, zone: str) -> int:
         if self.capacity is None:
             return 1
@@ -233,6 +263,7 @@ class MemoryProvider(NodeProvider):
                 resumed = dataclasses.replace(
                     node, state=NodeState.PENDING, tags={**node.tags, **tags}
                 )
+                self._changing()
                 self._running[node_id] = resumed
                 return resumed
         return None
@@ -248,6 +279,7 @@ class MemoryProvider(NodeProvider):
             created_at=self.clock(),
             zone=zone,
         )
+        self._changing()
         self._running[node.id] = node
         return node
 

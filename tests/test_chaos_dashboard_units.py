@@ -82,14 +82,6 @@ class _Provider(MemoryProvider):
         self.update(node.id, state=NodeState.PREEMPTED)
         return True
 
-    @property
-    def terminated(self) -> list[str]:
-        return [i for c in self.calls_of("terminate_nodes") for i in c.node_ids]
-
-    @property
-    def listings(self) -> int:
-        return len(self.calls_of("nodes"))
-
 
 class _Clock:
     def __init__(self) -> None:
@@ -128,8 +120,8 @@ def test_terminated_is_said_only_once_the_node_is_no_longer_listed() -> None:
     provider = _Provider(lag=3)
     result = _kill(provider)
     assert result.how is Kill.TERMINATED and result.node.id == provider.worker_id
-    assert provider.terminated == [provider.worker_id]
-    assert provider.listings == 1 + 4  # the pick, then until it was gone
+    assert provider.ids_of("terminate_nodes") == [provider.worker_id]
+    assert len(provider.calls_of("nodes")) == 1 + 4  # the pick, then until it was gone
 
 
 def test_a_node_still_listed_after_the_wait_is_an_error_not_a_success() -> None:
@@ -142,7 +134,7 @@ def test_a_provider_that_can_reclaim_reports_the_node_preempted() -> None:
     provider = _Provider(reclaims=True)
     assert isinstance(provider, SimulatesReclaims)
     result = _kill(provider)
-    assert result.how is Kill.RECLAIMED and provider.terminated == []
+    assert result.how is Kill.RECLAIMED and provider.ids_of("terminate_nodes") == []
 
 
 def test_no_head_is_no_cluster_and_no_worker_is_said_plainly() -> None:
@@ -222,4 +214,4 @@ def test_a_notice_needs_hard_and_a_provider_that_can_give_one() -> None:
     cannot = _Provider()
     with pytest.raises(UsageError, match="cannot be given a reclaim notice"):
         kill_random_node(CONFIG, hard=True, notice_s=5, provider=cannot)
-    assert cannot.terminated == []  # nothing was done to it
+    assert cannot.ids_of("terminate_nodes") == []  # nothing was done to it

@@ -106,14 +106,6 @@ class _Provider(MemoryProvider):
             self.update(node.id, state=NodeState.PREEMPTED)
         return self.reclaims
 
-    @property
-    def terminated(self) -> list[str]:
-        return [i for c in self.calls_of("terminate_nodes") for i in c.node_ids]
-
-    @property
-    def listings(self) -> int:
-        return len(self.calls_of("nodes"))
-
 
 class _Clock:
     def __init__(self) -> None:
@@ -144,7 +136,7 @@ def test_without_hard_the_heads_ray_is_stopped_and_its_machine_stays() -> None:
     result = _kill_head(provider, hard=False)
     assert (result.node.id, result.how) == (provider.head_id, Kill.RAY_STOPPED)
     assert provider.ray.stopped == [provider.head_id]
-    assert provider.terminated == [] and provider.reclaimed == []
+    assert provider.ids_of("terminate_nodes") == [] and provider.reclaimed == []
 
 
 def test_ray_left_on_the_head_is_an_error_naming_the_head() -> None:
@@ -160,16 +152,16 @@ def test_hard_reclaims_the_head_where_the_provider_can_once_it_is_listed_preempt
     assert isinstance(provider, SimulatesReclaims)
     result = _kill_head(provider, hard=True)
     assert (result.node.id, result.how) == (provider.head_id, Kill.RECLAIMED)
-    assert provider.reclaimed == [provider.head_id] and provider.terminated == []
-    assert provider.listings == 1 + 3  # the pick, then until it was seen preempted
+    assert provider.reclaimed == [provider.head_id] and provider.ids_of("terminate_nodes") == []
+    assert len(provider.calls_of("nodes")) == 1 + 3  # the pick, then until it was seen preempted
 
 
 def test_hard_terminates_the_head_elsewhere_once_it_is_unlisted() -> None:
     provider = _Provider(lag=3)
     result = _kill_head(provider, hard=True)
     assert (result.node.id, result.how) == (provider.head_id, Kill.TERMINATED)
-    assert provider.terminated == [provider.head_id] and provider.ray.stopped == []
-    assert provider.listings == 1 + 4
+    assert provider.ids_of("terminate_nodes") == [provider.head_id] and provider.ray.stopped == []
+    assert len(provider.calls_of("nodes")) == 1 + 4
 
 
 def test_a_head_that_stays_listed_is_an_error_naming_the_head() -> None:
@@ -189,7 +181,7 @@ def test_a_head_already_taken_or_without_ray_is_refused_and_left_alone() -> None
     dead = _Provider(NodeState.DEAD)
     with pytest.raises(LauncherError, match="is listed dead: there is no Ray"):
         _kill_head(dead, hard=False)
-    assert (preempted.reclaimed, dead.ray.stopped, dead.terminated) == ([], [], [])
+    assert (preempted.reclaimed, dead.ray.stopped, dead.ids_of("terminate_nodes")) == ([], [], [])
     # A head whose Ray died is still a machine: --hard takes it.
     assert _kill_head(_Provider(NodeState.DEAD), hard=True).how is Kill.TERMINATED
 
@@ -198,7 +190,7 @@ def test_a_notice_is_refused_for_the_head_before_anything_is_listed() -> None:
     provider = _Provider(reclaims=True)
     with pytest.raises(UsageError, match="drop --notice"):
         kill_random_node(CONFIG, hard=True, head=True, notice_s=5, provider=provider)
-    assert provider.listings == 0 and provider.reclaimed == []
+    assert provider.calls_of("nodes") == [] and provider.reclaimed == []
 
 
 # -- the command --------------------------------------------------------------------------
@@ -220,7 +212,7 @@ def test_head_with_notice_is_one_usage_line_and_exit_2(
         assert result.exit_code == 2, result.stdout + result.stderr
         (line,) = result.stderr.strip().splitlines()
         assert line.startswith("error: --notice") and "drop --notice" in line
-    assert provider.listings == 0 and provider.reclaimed == []
+    assert provider.calls_of("nodes") == [] and provider.reclaimed == []
 
 
 def test_the_question_names_the_head(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -229,7 +221,7 @@ def test_the_question_names_the_head(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert result.exit_code == 2
     said = f"This will take away the head {provider.head_id} (head) with IP 127.0.0.9 of cluster"
     assert said + " khead" in result.stderr
-    assert provider.reclaimed == [] and provider.terminated == []
+    assert provider.reclaimed == [] and provider.ids_of("terminate_nodes") == []
 
 
 @pytest.mark.parametrize(

@@ -159,6 +159,7 @@ def test_every_call_is_recorded_failed_ones_too(config: ClusterConfig) -> None:
         Call("nodes"),
         Call("terminate_nodes", node_ids=("n9",)),
     ]
+    assert cloud.ids_of("terminate_nodes", "nodes") == ["n9"]  # the ids the calls named
     assert cloud.held() == [] and len(cloud.calls) == 3  # looking records nothing
 
 

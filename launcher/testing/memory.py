@@ -131,6 +131,10 @@ class MemoryProvider(NodeProvider):
         with self._lock:
             return [c for c in self.calls if c.method in methods]
 
+    def ids_of(self, *methods: str) -> list[str]:
+        """The node ids the calls to `methods` named, in order."""
+        return [i for c in self.calls_of(*methods) for i in c.node_ids]
+
     # -- the seam -------------------------------------------------------------------------
     def bootstrap(self, wait_s: float = 300.0) -> list[str]:
         self._called(Call("bootstrap"))

@@ -16,6 +16,7 @@ from launcher.providers.base import (
     TAG_TYPE,
     NodeKind,
     NodeState,
+    made_by,
 )
 from launcher.testing import Call, MemoryProvider
 
@@ -90,7 +91,7 @@ def test_a_repeated_request_makes_only_what_the_first_did_not(config: ClusterCon
     assert len(again) == 3 and len(cloud.nodes()) == 3
     assert all(n.tags[TAG_LAUNCH_ID] == "r1" for n in again)
     assert cloud.create_nodes(cpu, NodeKind.WORKER, 3, {}, request_id="r1") == again
-    assert cloud.made_by("r1") == again
+    assert made_by(cloud.nodes(), "r1") == again
 
 
 def test_tags_merge_and_removing_a_gone_node_is_no_error(config: ClusterConfig) -> None:
@@ -111,7 +112,7 @@ def test_stopped_nodes_are_kept_and_resumed_before_new_ones(config: ClusterConfi
     cpu = config.node_types["cpu"]
     first, second = cloud.create_nodes(cpu, NodeKind.WORKER, 2, {})
     cloud.stop_nodes([first.id])
-    assert cloud.keeps_stopped_nodes
+    assert cloud.traits.keeps_stopped_nodes
     assert [n.id for n in cloud.nodes()] == [second.id]
     assert [(n.id, n.state) for n in cloud.stopped_nodes()] == [(first.id, NodeState.STOPPED)]
     resumed, new = cloud.create_nodes(cpu, NodeKind.WORKER, 2, {"again": "yes"})
@@ -125,7 +126,7 @@ def test_without_keeping_stopped_nodes_a_stop_terminates(config: ClusterConfig) 
     (node,) = cloud.create_nodes(config.node_types["cpu"], NodeKind.WORKER, 1, {})
     cloud.stop_nodes([node.id])
     assert cloud.nodes() == [] and cloud.stopped_nodes() == []
-    assert not cloud.keeps_stopped_nodes
+    assert not cloud.traits.keeps_stopped_nodes
 
 
 def test_failures_are_used_up_in_turn_or_last_until_cleared(config: ClusterConfig) -> None:

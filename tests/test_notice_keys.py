@@ -7,7 +7,7 @@ from typing import Any
 
 from launcher.autoscaler.daemon import RECLAIM_GRACE_S, Daemon
 from launcher.autoscaler.decide.demand import _forget_of, request_line
-from launcher.autoscaler.notice_watch import NOTICE_NAMESPACE, NOTICE_PREFIX
+from launcher.autoscaler.observe.notice_keys import NOTICE_NAMESPACE, NOTICE_PREFIX
 from launcher.autoscaler.observe.ray_state import DemandReader
 
 
@@ -50,3 +50,13 @@ def test_the_daemon_forgets_only_notices_of_nodes_gone_and_past_reclaim_with_gra
         ("not-yet", now + 60),
     )
     assert daemon._stale_notices() == ["gone-long-ago"]
+
+
+def test_the_aws_watcher_writes_the_keys_the_autoscaler_reads() -> None:
+    # The watcher runs where the launcher is not installed, so it carries the values itself.
+    from launcher.providers.aws import notice_watch
+
+    assert (notice_watch.NOTICE_PREFIX, notice_watch.NOTICE_NAMESPACE) == (
+        NOTICE_PREFIX,
+        NOTICE_NAMESPACE,
+    )

@@ -9,6 +9,7 @@
   autostop);
 - `daemon.py`, the loop on top: each tick observes, notes the facts, decides once on the
   listing it acts on, then acts. `clock.py` is the time every part is given; `spec.py` what
-  `up` hands the head; `notice_watch.py` runs on the nodes themselves; `simulator.py` drives
-  the planner with a simulated cloud and clock.
+  `up` hands the head; `simulator.py` drives the planner with a simulated cloud and clock.
+  What runs on the nodes themselves belongs to their provider (AWS's reclaim-notice
+  watcher: launcher/providers/aws/notice_watch.py).
 """

@@ -311,7 +311,7 @@ class Daemon:
                 # next tick; meanwhile the rest of the tick (launches) goes on.
                 log(f"error: {exc}")
             else:
-                if self.provider.terminating_frees_capacity:
+                if self.provider.traits.terminating_frees_capacity:
                     gone = set(terminate)
                     self.executor.capacity.freed({n.zone for n in choice.nodes if n.id in gone})
         for type_name, count, stands_in_for in result.launches():
@@ -356,7 +356,7 @@ class Daemon:
         self.gcs_read = False
         if head is None or head.status is not NodeStatus.UP_TO_DATE:
             return Demand()
-        address = self.provider.ray_address(head)
+        address = self.provider.access.ray_address(head)
         if self.reader is None or self.reader.address != address:
             if self.reader is not None:
                 self.reader.close()

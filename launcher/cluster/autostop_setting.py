@@ -70,7 +70,7 @@ def what_happens(config: ClusterConfig, setting: Autostop) -> str:
     stopped nodes cannot be kept."""
     from launcher.providers.factory import make_provider
 
-    if setting.down or make_provider(config).keeps_stopped_nodes:
+    if setting.down or make_provider(config).traits.keeps_stopped_nodes:
         return setting.describe()
     return (
         f"{setting.describe()}; this provider cannot keep stopped nodes, so the cluster is "

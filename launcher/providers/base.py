@@ -50,7 +50,6 @@ from launcher.providers.nodes import (
     NodeStatus,
     head_of,
 )
-from launcher.runners.base import CommandRunner
 
 __all__ = [
     "TAG_AUTOSTOPPED",
@@ -194,33 +193,6 @@ class NodeProvider(ABC):
 
     def workers(self) -> list[Node]:
         return [n for n in self.nodes() if n.kind is NodeKind.WORKER]
-
-    # -- transitional: the node-access members callers have not moved off yet -----------
-    @property
-    def keeps_stopped_nodes(self) -> bool:
-        return self.traits.keeps_stopped_nodes
-
-    @property
-    def terminating_frees_capacity(self) -> bool:
-        return self.traits.terminating_frees_capacity
-
-    def stop_node_ray(self, node: Node, runner: CommandRunner, force: bool = False) -> str | None:
-        return self.access.stop_node_ray(node, runner, force)
-
-    def ray_address(self, head: Node) -> str:
-        return self.access.ray_address(head)
-
-    def new_node_tags(
-        self,
-        node_type: NodeType,
-        kind: NodeKind,
-        tags: Mapping[str, str],
-        request_id: str | None = None,
-    ) -> dict[str, str]:
-        return new_node_tags(self.cluster_name, node_type, kind, tags, request_id)
-
-    def made_by(self, request_id: str | None) -> list[Node]:
-        return made_by(self.nodes(), request_id)
 
 
 def new_node_tags(

@@ -27,6 +27,7 @@ from launcher.providers.base import (
     NodeProvider,
     NodeState,
     ProviderTraits,
+    new_node_tags,
 )
 
 
@@ -168,7 +169,7 @@ class MemoryProvider(NodeProvider):
             call = Call("create_nodes", node_type.name, count, frozenset(avoid_zones))
             self._called(dataclasses.replace(call, request_id=request_id))
             made = [n for n in self._running.values() if request_id and _launched(n, request_id)]
-            node_tags = self.new_node_tags(node_type, kind, tags, request_id)
+            node_tags = new_node_tags(self.cluster_name, node_type, kind, tags, request_id)
             tried = [z for z in self.zones(node_type) if z not in avoid_zones]
             for zone in tried:
                 while len(made) < count and self._room(node_type.name, zone) > 0:

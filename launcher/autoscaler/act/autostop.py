@@ -54,7 +54,7 @@ def autostop_cluster(
     workers = [n for n in nodes if n.kind is NodeKind.WORKER]
     idle = f"idle for {idle_s / 60:.1f} min"
     note_listing(config, nodes)
-    if setting.down or not provider.keeps_stopped_nodes:
+    if setting.down or not provider.traits.keeps_stopped_nodes:
         how = "down" if setting.down else "stop"
         why = (
             f"autostop ({setting.describe()}): {idle}; taken down, the head last"

@@ -34,7 +34,7 @@ def evacuate(
     def stop() -> None:
         runner = node_runner(provider, config, node, node_log(config.cluster_name, node.id))
         try:
-            problem = provider.stop_node_ray(node, runner)
+            problem = provider.access.stop_node_ray(node, runner)
         except LauncherError as exc:
             problem = str(exc)
         finally:

@@ -30,7 +30,7 @@ from launcher.autoscaler.decide.demand import (
     encode,
 )
 from launcher.autoscaler.decide.planner import Gang, Resources
-from launcher.autoscaler.notice_watch import NOTICE_NAMESPACE, NOTICE_PREFIX
+from launcher.autoscaler.observe.notice_keys import NOTICE_NAMESPACE, NOTICE_PREFIX
 
 _V1_REQUEST_KEY = b"autoscaler_resource_request"
 _INTERNAL_NAMESPACE = "_ray_internal"  # Ray's own drivers and actors (the dashboard's, ...)

@@ -1,5 +1,5 @@
 """The command that starts a spot worker's reclaim-notice watcher once its Ray runs
-(launcher/autoscaler/notice_watch.py, sent as `python -c`: the launcher is not installed on
+(launcher/providers/aws/notice_watch.py, sent as `python -c`: the launcher is not installed on
 workers). It runs in the background with the Python that has Ray there, one per node."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from launcher.autoscaler import notice_watch
+from launcher.providers.aws import notice_watch
 
 LABEL = "launcher-notice-watch"
 

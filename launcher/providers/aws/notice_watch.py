@@ -9,8 +9,10 @@ minutes ahead. The metadata endpoint is `$AWS_EC2_METADATA_SERVICE_ENDPOINT`, el
 `ec2_metadata_service_endpoint` in ~/.aws/config (as botocore reads them), else
 http://169.254.169.254.
 
-The key written is NOTICE_PREFIX + the node's id, its value the reclaim time (epoch seconds);
-`launcher.autoscaler.observe.ray_state` reads them with Ray's demand.
+The key written is NOTICE_PREFIX + the node's id, its value the reclaim time (epoch seconds),
+as launcher/autoscaler/observe/notice_keys.py says (the values are repeated here: this runs
+where the launcher is not installed); `launcher.autoscaler.observe.ray_state` reads them
+with Ray's demand.
 """
 
 from __future__ import annotations

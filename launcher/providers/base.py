@@ -26,6 +26,7 @@ Invariants every provider keeps (`launcher.testing.contract` checks them for eve
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -61,6 +62,7 @@ __all__ = [
     "TAG_START_HASH",
     "TAG_STATUS",
     "TAG_TYPE",
+    "Launch",
     "Node",
     "NodeKind",
     "NodeProvider",
@@ -102,6 +104,23 @@ class ProviderTraits:
     logs_in_over_ssh: bool = False
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One `create_nodes` call, as an implementation's `_create` receives it."""
+
+    node_type: NodeType
+    kind: NodeKind
+    count: int
+    tags: Mapping[str, str]  # the new nodes' tags (`new_node_tags`)
+    avoid_zones: frozenset[str]
+    request_id: str | None
+
+    def with_request_id(self, request_id: str) -> Launch:
+        """This launch under `request_id` (for a provider that gives every launch an id)."""
+        tags = {**self.tags, TAG_LAUNCH_ID: request_id}
+        return dataclasses.replace(self, request_id=request_id, tags=tags)
+
+
 class NodeProvider(ABC):
     """Nodes of one cluster on one provider: the instance seam.
 
@@ -130,7 +149,6 @@ class NodeProvider(ABC):
         """Every node of this cluster that is not terminated (nor stopped), with its current
         state; never another cluster's. Eventually consistent with `create_nodes`."""
 
-    @abstractmethod
     def create_nodes(
         self,
         node_type: NodeType,
@@ -147,6 +165,14 @@ class NodeProvider(ABC):
         `request_id` (its answer was lost) makes only what the first did not: the nodes are
         those of both. Where `traits.keeps_stopped_nodes`, stopped nodes of the type are
         resumed before new ones are made."""
+        node_tags = new_node_tags(self.cluster_name, node_type, kind, tags, request_id)
+        launch = Launch(node_type, kind, count, node_tags, frozenset(avoid_zones), request_id)
+        return self._create(launch)
+
+    @abstractmethod
+    def _create(self, launch: Launch) -> list[Node]:
+        """What `create_nodes` does, given its arguments as one `Launch` whose tags are the
+        new nodes' (`new_node_tags`). Implementations keep `create_nodes`'s promises."""
 
     @abstractmethod
     def terminate_nodes(self, node_ids: Sequence[str]) -> None:

@@ -14,7 +14,7 @@ import dataclasses
 import itertools
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,12 +22,12 @@ from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError
 from launcher.providers.base import (
     TAG_LAUNCH_ID,
+    Launch,
     Node,
     NodeKind,
     NodeProvider,
     NodeState,
     ProviderTraits,
-    new_node_tags,
 )
 
 
@@ -156,20 +156,14 @@ class MemoryProvider(NodeProvider):
     def zones(self, node_type: NodeType) -> tuple[str, ...]:
         return self.type_zones.get(node_type.name, self.default_zones)
 
-    def create_nodes(
-        self,
-        node_type: NodeType,
-        kind: NodeKind,
-        count: int,
-        tags: Mapping[str, str],
-        avoid_zones: Collection[str] = (),
-        request_id: str | None = None,
-    ) -> list[Node]:
+    def _create(self, launch: Launch) -> list[Node]:
+        node_type, kind, count = launch.node_type, launch.kind, launch.count
+        avoid_zones, request_id = launch.avoid_zones, launch.request_id
         with self._lock:
-            call = Call("create_nodes", node_type.name, count, frozenset(avoid_zones))
+            call = Call("create_nodes", node_type.name, count, avoid_zones)
             self._called(dataclasses.replace(call, request_id=request_id))
             made = [n for n in self._running.values() if request_id and _launched(n, request_id)]
-            node_tags = new_node_tags(self.cluster_name, node_type, kind, tags, request_id)
+            node_tags = launch.tags
             tried = [z for z in self.zones(node_type) if z not in avoid_zones]
             for zone in tried:
                 while len(made) < count and self._room(node_type.name, zone) > 0:

@@ -70,12 +70,12 @@ from launcher.providers.base import (
     TAG_KIND,
     TAG_LAUNCH_ID,
     TAG_TYPE,
+    Launch,
     Node,
     NodeKind,
     NodeProvider,
     NodeState,
     ProviderTraits,
-    new_node_tags,
 )
 from launcher.providers.caller import public_address
 from launcher.providers.keyfiles import key_path
@@ -282,17 +282,11 @@ class AwsProvider(NodeProvider):
         return tuple(p.zone for p in context.placements) if context else ("",)
 
     # -- launching ----------------------------------------------------------------------
-    def create_nodes(
-        self,
-        node_type: NodeType,
-        kind: NodeKind,
-        count: int,
-        tags: Mapping[str, str],
-        avoid_zones: Collection[str] = (),
-        request_id: str | None = None,
-    ) -> list[Node]:
+    def _create(self, launch: Launch) -> list[Node]:
+        node_type, kind, count = launch.node_type, launch.kind, launch.count
+        avoid_zones, request_id = launch.avoid_zones, launch.request_id
         all_tags = {
-            **new_node_tags(self.cluster_name, node_type, kind, tags, request_id),
+            **launch.tags,
             TAG_LAUNCH_CONFIG: launch_config_digest(node_type.node_config),
             "Name": f"launcher-{self.cluster_name}-{kind.value}",
         }

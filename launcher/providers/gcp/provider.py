@@ -40,12 +40,12 @@ from launcher.providers.base import (
     TAG_KIND,
     TAG_LAUNCH_ID,
     TAG_TYPE,
+    Launch,
     Node,
     NodeKind,
     NodeProvider,
     NodeState,
     ProviderTraits,
-    new_node_tags,
 )
 from launcher.providers.caller import public_address
 from launcher.providers.gcp import accounts, firewall, names
@@ -317,17 +317,16 @@ class GcpProvider(NodeProvider):
         return [n for n in found if n is not None]
 
     # -- launching -----------------------------------------------------------------------
-    def create_nodes(
-        self,
-        node_type: NodeType,
-        kind: NodeKind,
-        count: int,
-        tags: Mapping[str, str],
-        avoid_zones: Collection[str] = (),
-        request_id: str | None = None,
-    ) -> list[Node]:
-        request_id = request_id or uuid.uuid4().hex
-        all_tags = new_node_tags(self.cluster_name, node_type, kind, tags, request_id)
+    def _create(self, launch: Launch) -> list[Node]:
+        request_id = launch.request_id or uuid.uuid4().hex
+        launch = launch.with_request_id(request_id)
+        node_type, kind, count, avoid_zones = (
+            launch.node_type,
+            launch.kind,
+            launch.count,
+            launch.avoid_zones,
+        )
+        all_tags = launch.tags
         created = [n for n in self._made_by(request_id) if n.node_type == node_type.name][:count]
         # Stopped nodes of the type are started again: workers the autoscaler stopped, and a
         # head (with its workers) stopped by the cluster's autostop.

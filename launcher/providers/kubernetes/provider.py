@@ -21,18 +21,17 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ProviderError, UsageError
 from launcher.providers.base import (
     TAG_LAUNCH_ID,
+    Launch,
     Node,
-    NodeKind,
     NodeProvider,
     ProviderTraits,
-    new_node_tags,
 )
 from launcher.providers.kubernetes import objects
 from launcher.providers.kubernetes.access import KubeExecAccess
@@ -158,22 +157,16 @@ class KubernetesProvider(NodeProvider):
             return []
         return _as_nodes(self._pods(_launch_selector(self.cluster_name, request_id)))
 
-    def create_nodes(
-        self,
-        node_type: NodeType,
-        kind: NodeKind,
-        count: int,
-        tags: Mapping[str, str],
-        avoid_zones: Collection[str] = (),
-        request_id: str | None = None,
-    ) -> list[Node]:
-        request_id = request_id or uuid.uuid4().hex
+    def _create(self, launch: Launch) -> list[Node]:
+        request_id = launch.request_id or uuid.uuid4().hex
+        launch = launch.with_request_id(request_id)
+        node_type, kind, count = launch.node_type, launch.kind, launch.count
         made = self._made_by(request_id)
         body = pod_body(
             node_type.node_config,
             cluster_name=self.cluster_name,
             kind=kind,
-            tags=new_node_tags(self.cluster_name, node_type, kind, tags, request_id),
+            tags=launch.tags,
             service_account=self._service_account(),
         )
         body.setdefault("metadata", {})["namespace"] = self.namespace

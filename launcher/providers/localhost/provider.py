@@ -21,7 +21,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from launcher.files import write_whole
 from launcher.paths import launcher_home
 from launcher.providers.base import (
     TAG_STATUS,
+    Launch,
     Node,
     NodeKind,
     NodeProvider,
@@ -39,7 +40,6 @@ from launcher.providers.base import (
     NodeStatus,
     ProviderTraits,
     made_by,
-    new_node_tags,
 )
 from launcher.providers.localhost.access import LocalhostAccess
 from launcher.providers.localhost.machine import claim, claims, machine_dir, machine_lock, release
@@ -105,15 +105,9 @@ class LocalhostProvider(NodeProvider):
     def zones(self, node_type: NodeType) -> tuple[str, ...]:
         return (ZONE,)
 
-    def create_nodes(
-        self,
-        node_type: NodeType,
-        kind: NodeKind,
-        count: int,
-        tags: Mapping[str, str],
-        avoid_zones: Collection[str] = (),
-        request_id: str | None = None,
-    ) -> list[Node]:
+    def _create(self, launch: Launch) -> list[Node]:
+        node_type, kind, count = launch.node_type, launch.kind, launch.count
+        avoid_zones, request_id = launch.avoid_zones, launch.request_id
         self.bootstrap()
         earlier = made_by(self.nodes(), request_id)
         created = [n for n in earlier if n.node_type == node_type.name][:count]
@@ -144,7 +138,7 @@ class LocalhostProvider(NodeProvider):
                     "ip": _free_ip(given.ips),
                     "created_at": time.time(),
                     "ports": ports,
-                    "tags": new_node_tags(self.cluster_name, node_type, kind, tags, request_id),
+                    "tags": dict(launch.tags),
                 }
                 record = self.nodes_dir / node_id / "node.json"
                 write_json(record, data)

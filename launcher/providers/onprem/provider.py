@@ -11,20 +11,20 @@ picked from `provider.worker_ips` in the order listed.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from launcher.config.model import ClusterConfig, NodeType
+from launcher.config.model import ClusterConfig
 from launcher.errors import CapacityError, ProviderError
 from launcher.paths import node_log
 from launcher.providers.base import (
+    Launch,
     Node,
     NodeKind,
     NodeProvider,
     NodeState,
     ProviderTraits,
     made_by,
-    new_node_tags,
 )
 from launcher.providers.onprem.claims import (
     FileRecords,
@@ -119,15 +119,9 @@ class OnPremProvider(NodeProvider):
     def nodes(self) -> list[Node]:
         return [self._node(record) for record in self.records.all()]
 
-    def create_nodes(
-        self,
-        node_type: NodeType,
-        kind: NodeKind,
-        count: int,
-        tags: Mapping[str, str],
-        avoid_zones: Collection[str] = (),
-        request_id: str | None = None,
-    ) -> list[Node]:
+    def _create(self, launch: Launch) -> list[Node]:
+        node_type, kind, count = launch.node_type, launch.kind, launch.count
+        request_id = launch.request_id
         candidates = [self.head_ip] if kind is NodeKind.HEAD else list(self.worker_ips)
         earlier = made_by(self.nodes(), request_id)
         created = [n for n in earlier if n.node_type == node_type.name][:count]
@@ -139,7 +133,7 @@ class OnPremProvider(NodeProvider):
                 "kind": kind.value,
                 "node_type": node_type.name,
                 "created_at": time.time(),
-                "tags": new_node_tags(self.cluster_name, node_type, kind, tags, request_id),
+                "tags": dict(launch.tags),
             }
             if self.records.claim(record):
                 created.append(self._node(record))

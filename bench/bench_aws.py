@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import logging
 import os
 import statistics
 import sys
@@ -39,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
-from bench.common import expect, show_time
+from bench.common import expect, show_time, silence_ray_logs
 from fakes.aws.server import MotoServer, amazon_image, loopback_vpc
 from launcher.config.loader import Overrides, parse_config
 from launcher.providers.aws.clients import AwsClients
@@ -352,15 +351,6 @@ def muted(quiet: bool) -> Iterator[None]:
         return
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         yield
-
-
-def silence_ray_logs(stack: contextlib.ExitStack) -> None:
-    """Ray's loggers write to this process's stderr (Ray's autoscaler: to monitor.log): send
-    them to /dev/null instead, still formatted and written."""
-    sink = stack.enter_context(open(os.devnull, "w"))  # noqa: SIM115
-    for handler in logging.getLogger("ray").handlers:
-        if isinstance(handler, logging.StreamHandler):
-            handler.setStream(sink)
 
 
 # -- reporting ------------------------------------------------------------------------------

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import logging
 import os
 import statistics
 import sys
@@ -42,7 +41,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from bench.common import expect, show_time, wait_for
+from bench.common import expect, show_time, silence_ray_logs, wait_for
 from fakes.gce.server import PROJECT, GceServer
 from launcher.autoscaler.daemon import Daemon
 from launcher.config.loader import Overrides, parse_config
@@ -343,15 +342,6 @@ def muted(quiet: bool) -> Iterator[None]:
         return
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         yield
-
-
-def silence_ray_logs(stack: contextlib.ExitStack) -> None:
-    """Ray's loggers write to this process's stderr (Ray's autoscaler: to monitor.log): send
-    them to /dev/null instead, still formatted and written."""
-    sink = stack.enter_context(open(os.devnull, "w"))  # noqa: SIM115
-    for handler in logging.getLogger("ray").handlers:
-        if isinstance(handler, logging.StreamHandler):
-            handler.setStream(sink)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,11 @@
-"""What the bench scripts share: stopping on a failed check, waiting, showing a time."""
+"""What the bench scripts share: stopping on a failed check, waiting, showing a time,
+keeping Ray's log lines off the tables."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -48,3 +52,12 @@ def show_time(seconds: float) -> str:
     if seconds < 0.001:
         return f"{seconds * 1e6:.0f} us"
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def silence_ray_logs(stack: contextlib.ExitStack) -> None:
+    """Ray's loggers write to this process's stderr (Ray's autoscaler: to monitor.log): send
+    them to /dev/null instead, still formatted and written."""
+    sink = stack.enter_context(open(os.devnull, "w"))  # noqa: SIM115
+    for handler in logging.getLogger("ray").handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.setStream(sink)

@@ -33,7 +33,10 @@ from launcher.autoscaler.decide.planner import (
     fits,
     plan,
 )
-from launcher.errors import UsageError
+from launcher.config.model import ClusterConfig
+from launcher.errors import CapacityError, UsageError
+from launcher.providers.base import NodeKind
+from launcher.testing.memory import MemoryProvider
 
 _STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 STALL_S = 3600.0  # simulated time without any change after which queued work is given up
@@ -152,10 +155,14 @@ class SimulationReport:
 
 
 class Simulation:
+    """The cloud is the in-memory provider (launcher.testing.memory) on `config`'s node
+    types, one zone, each type holding at most its `capacity` at once (unlimited where not
+    given); what the simulator adds is per node: when it is ready, what runs on it."""
+
     def __init__(
         self,
+        config: ClusterConfig,
         settings: Settings,
-        head_type: str,
         spot_types: Iterable[str],
         launch_delay_s: float,
         preempt_rate: float,
@@ -163,8 +170,12 @@ class Simulation:
         tick_s: float = 1.0,
         capacity: Mapping[str, int] | None = None,
     ) -> None:
+        self.config = config
         self.settings = settings
-        self.capacity = dict(capacity or {})  # type -> most nodes it may have at once
+        limits = dict(capacity or {})  # type -> most nodes it may have at once
+        unlimited = config.max_workers + 1
+        room = {(name, ZONE): limits.get(name, unlimited) for name in config.node_types}
+        self.cloud = MemoryProvider(config, room, default_zones=(ZONE,))
         self.memory = CapacityMemory()
         self.capacity_failures = 0
         self.fallback_launches: Counter[str] = Counter()
@@ -173,9 +184,10 @@ class Simulation:
         self.preempt_rate = preempt_rate  # preemptions per spot node per hour
         self.random = random.Random(seed)
         self.tick_s = tick_s
-        head = settings.types[head_type]
-        self.nodes = [_Node("head", head_type, dict(head.resources), 0.0, False, True)]
-        self.counter = 0
+        head_type = config.head_node_type
+        (head,) = self.cloud.create_nodes(config.head_type, NodeKind.HEAD, 1, {})
+        resources = dict(settings.types[head_type].resources)
+        self.nodes = [_Node(head.id, head_type, resources, 0.0, False, True)]
         self.queue: list[_Work] = []
         self.running: list[_Work] = []
         self.done: list[_Work] = []
@@ -253,6 +265,7 @@ class Simulation:
             self.running.remove(work)
             self.queue.insert(0, work)  # Ray retries the lost work
         self.nodes.remove(node)
+        self.cloud.terminate_nodes([node.id])
 
     def _schedule(self, now: float) -> None:
         ready = self._ready(now)
@@ -325,19 +338,19 @@ class Simulation:
     def _launch(self, type_name: str, count: int, now: float, stands_in_for: str | None) -> None:
         if count <= 0:
             return
-        limit = self.capacity.get(type_name)
-        if limit is not None:
-            room = max(0, limit - sum(1 for n in self.nodes if n.node_type == type_name))
-            if room < count:
-                self.capacity_failures += 1
-                self.memory.failed(type_name, ZONE, now, "capacity failure")
-                count = room
+        try:
+            made = self.cloud.create_nodes(
+                self.config.node_types[type_name], NodeKind.WORKER, count, {}
+            )
+        except CapacityError as exc:
+            self.capacity_failures += 1
+            self.memory.failed(type_name, ZONE, now, "capacity failure")
+            made = exc.created
         resources = dict(self.settings.types[type_name].resources)
-        for _ in range(count):
-            self.counter += 1
+        for launched in made:
             self.nodes.append(
                 _Node(
-                    f"w{self.counter}",
+                    launched.id,
                     type_name,
                     dict(resources),
                     now + self.launch_delay_s,

@@ -553,8 +553,8 @@ def simulate(
         name for name, t in config.node_types.items() if spec.node_offer(config, t, prices).spot
     ]
     simulation = Simulation(
+        config,
         planner_settings(config, spec, prices),
-        config.head_node_type,
         spot,
         launch_delay_s,
         preempt_rate,

@@ -19,10 +19,13 @@ from launcher.config.loader import Overrides, parse_config
 from launcher.errors import LauncherError
 from launcher.events import ignore
 from launcher.paths import cluster_dir
+from launcher.providers.access import NoAccess
 from launcher.providers.base import TAG_STATUS, Node, NodeKind, NodeState, NodeStatus
+from launcher.runners.base import CommandRunner
 from launcher.runs import decide, recovery, store
 from launcher.runs.model import LEASE_S, Attempt, AttemptEnd, Lease, Recovery, Run, RunState
 from launcher.runs.supervisor import Supervisor
+from launcher.testing import MemoryProvider
 
 CONFIG = """
 cluster_name: units
@@ -232,7 +235,8 @@ def test_a_head_that_cannot_be_replaced_ends_the_run_in_one_line_keeping_storage
         raise LauncherError("the head machine 10.0.0.5 did not answer over SSH within 60 s")
 
     monkeypatch.setattr(recovery, "replace_head", fails)
-    monkeypatch.setattr(supervisor.provider, "replaces_lost_head", False)
+    traits = dataclasses.replace(supervisor.provider.traits, replaces_lost_head=False)
+    monkeypatch.setattr(supervisor.provider, "traits", traits)
     ended = supervisor.supervise()
     assert ended.state is RunState.FAILED
     assert calls == [60.0]  # one try, with a short wait for the machine
@@ -409,17 +413,22 @@ def test_kept_workers_old_ray_is_killed_side_by_side_without_waiting_for_the_unr
     hang = threading.Event()
     forced: list[tuple[str, bool]] = []
 
-    class Provider:
-        def stop_node_ray(self, node: Node, runner: object, force: bool = False) -> str | None:
+    class Access(NoAccess):
+        def stop_node_ray(
+            self, node: Node, runner: CommandRunner, force: bool = False
+        ) -> str | None:
             forced.append((node.id, force))
             if node.id == "w-hung":
                 hang.wait(60)
             return "raylet (pid 7) still running" if node.id == "w-left" else None
 
+    provider = MemoryProvider(config)
+    provider.access = Access(config)
+
     monkeypatch.setattr(recovery, "node_runner", lambda *args: object())
     workers = [_worker(i, NodeStatus.UNINITIALIZED) for i in ("w-ok", "w-left", "w-hung")]
     try:
-        problems = recovery.kill_orphaned_ray(config, Provider(), workers, wait_s=0.5)  # type: ignore[arg-type]
+        problems = recovery.kill_orphaned_ray(config, provider, workers, wait_s=0.5)
         assert not hang.is_set()  # returned while the hung one still hangs
     finally:
         hang.set()

@@ -13,7 +13,14 @@ from launcher.cluster.head import HeadSession
 from launcher.cluster.lifecycle import wait_for_min_workers, worker_failure
 from launcher.config.loader import parse_config
 from launcher.events import Event, Message
-from launcher.providers.base import TAG_STATUS, Node, NodeKind, NodeState, NodeStatus
+from launcher.providers.base import (
+    TAG_STATUS,
+    Node,
+    NodeKind,
+    NodeState,
+    NodeStatus,
+    ProviderTraits,
+)
 from launcher.runners.base import CommandResult
 from launcher.runners.local import LocalProcessRunner
 from launcher.runners.shell import PID_MARK, PidReport
@@ -130,7 +137,7 @@ def test_a_workers_failure_is_read_from_its_log_on_a_remote_head(
     )
     runner = LocalProcessRunner(head_home, {}, tmp_path / "head.log")
     config = parse_config(BASE, "c.yaml")
-    provider = SimpleNamespace(installs_launcher_on_head=True)
+    provider = SimpleNamespace(traits=ProviderTraits(installs_launcher_on_head=True))
     head = Node("10.0.0.4", NodeKind.HEAD, "head", "10.0.0.4", NodeState.RUNNING)
     session = HeadSession(config, provider, head, runner, {}, runner)  # type: ignore[arg-type]
     worker = Node("10.0.0.5", NodeKind.WORKER, "gpu", "10.0.0.5", NodeState.RUNNING)

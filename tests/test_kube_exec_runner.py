@@ -446,9 +446,14 @@ def test_exec_round_trip(runner: KubeExecRunner) -> None:
 # -- port forwarding --------------------------------------------------------------------
 
 
-def free_port() -> int:
+def free_port(ip: str = "127.0.0.1") -> int:
+    """A port nothing listens on at `ip` now (nor on every address: such a socket would
+    take `ip`'s port too), else one free on 127.0.0.1 where this machine cannot bind `ip`."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        try:
+            sock.bind((ip, 0))
+        except OSError:
+            sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
@@ -456,7 +461,7 @@ def test_port_forward_reaches_a_server_in_the_pod(
     core: Any, ns: str, pod: str, runner: KubeExecRunner
 ) -> None:
     ip = core.read_namespaced_pod(pod, ns).status.pod_ip
-    remote = free_port()
+    remote = free_port(ip)
     serve = (
         f"cd /tmp && echo served > index.txt && exec python3 -m http.server {remote} --bind {ip}"
     )

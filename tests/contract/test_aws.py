@@ -8,7 +8,6 @@ from collections.abc import Iterator
 import pytest
 
 from fakes.aws.server import LoopbackVpc, MotoServer, loopback_vpc
-from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
 from launcher.providers.base import NodeProvider
 from launcher.providers.registry import SPECS
@@ -21,7 +20,7 @@ from launcher.testing.contract import (
     Types,
 )
 from tests.conftest import REPO
-from tests.contract.types_text import TYPES_TEXT
+from tests.contract.types_text import typed_config
 
 
 class AwsHarness(ConfigHarness):
@@ -35,13 +34,11 @@ class AwsHarness(ConfigHarness):
     def config(self, cluster: str) -> ClusterConfig:
         subnets = ", ".join(self.vpc.subnet_ids)
         node = f"{{InstanceType: m5.large, ImageId: {self.image}, SubnetIds: [{subnets}]}}"
-        text = (
-            f"cluster_name: {cluster}\nmax_workers: 8\n"
+        provider = (
             "provider: {type: aws, region: us-west-2, use_internal_ips: true}\n"
             "auth: {ssh_user: root}\n"
         )
-        text += TYPES_TEXT.replace("SCARCE", node).replace("NODE", node)
-        return parse_config(text, f"{cluster}.yaml", Overrides())
+        return typed_config(cluster, provider, node, node)
 
     def exhaust(self, provider: NodeProvider) -> str:
         self.server.faults.add("RunInstances", "InsufficientInstanceCapacity")

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 import pytest
 
 from fakes.gce.server import PROJECT, GceServer
-from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
 from launcher.providers.base import NodeProvider
 from launcher.providers.registry import SPECS
@@ -21,7 +20,7 @@ from launcher.testing.contract import (
     Types,
 )
 from tests.conftest import REPO
-from tests.contract.types_text import TYPES_TEXT
+from tests.contract.types_text import typed_config
 
 
 class GcpHarness(ConfigHarness):
@@ -36,15 +35,13 @@ class GcpHarness(ConfigHarness):
             "{machineType: n1-standard-2, disks: [{boot: true, autoDelete: true, "
             f"initializeParams: {{sourceImage: {image}}}}}]}}"
         )
-        text = (
-            f"cluster_name: {cluster}\nmax_workers: 8\n"
+        provider = (
             "provider: {type: gcp, region: us-west1, availability_zone: 'us-west1-a,us-west1-b',"
             f" project_id: {PROJECT}, use_internal_ips: true, cache_stopped_nodes: true,"
             " allow_ssh_from: [127.0.0.0/8]}\n"
             "auth: {ssh_user: root}\n"
         )
-        text += TYPES_TEXT.replace("SCARCE", node).replace("NODE", node)
-        return parse_config(text, f"{cluster}.yaml", Overrides())
+        return typed_config(cluster, provider, node, node)
 
     def exhaust(self, provider: NodeProvider) -> str:
         self.server.faults.no_capacity()

@@ -11,7 +11,6 @@ import pytest
 
 from fakes.kube import resources as kube_resources
 from fakes.kube.server import KubeServer
-from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
 from launcher.providers.base import NodeProvider
 from launcher.testing.contract import (
@@ -24,7 +23,7 @@ from launcher.testing.contract import (
     Types,
 )
 from tests.conftest import REPO
-from tests.contract.types_text import TYPES_TEXT
+from tests.contract.types_text import typed_config
 
 
 class KubernetesHarness(ConfigHarness):
@@ -41,12 +40,8 @@ class KubernetesHarness(ConfigHarness):
                 f"rayproject/ray, resources: {{requests: {{cpu: '{cpu}'}}}}}}]}}}}"
             )
 
-        text = (
-            f"cluster_name: {cluster}\nmax_workers: 8\n"
-            "provider: {type: kubernetes, namespace: ray, scheduling_timeout_s: 3}\n"
-        )
-        text += TYPES_TEXT.replace("SCARCE", pod("64")).replace("NODE", pod("100m"))
-        return parse_config(text, f"{cluster}.yaml", Overrides())
+        provider = "provider: {type: kubernetes, namespace: ray, scheduling_timeout_s: 3}\n"
+        return typed_config(cluster, provider, pod("100m"), pod("64"))
 
     def exhaust(self, provider: NodeProvider) -> str:
         return "scarce"  # no node has 64 CPUs: its pods stay unschedulable

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
 from launcher.paths import cluster_dir
 from launcher.providers.base import NodeProvider
@@ -22,7 +21,7 @@ from launcher.testing.contract import (
     Types,
 )
 from tests.conftest import RAY_EXAMPLES, REPO
-from tests.contract.types_text import TYPES_TEXT
+from tests.contract.types_text import typed_config
 
 
 class LocalhostHarness(ConfigHarness):
@@ -32,10 +31,8 @@ class LocalhostHarness(ConfigHarness):
         self.provider_type = provider_type
 
     def config(self, cluster: str) -> ClusterConfig:
-        text = f"cluster_name: {cluster}\nmax_workers: 8\n"
-        text += f"provider: {{type: {self.provider_type}}}\n"
-        text += TYPES_TEXT.replace("SCARCE", "{simulated_capacity: 0}").replace("NODE", "{}")
-        return parse_config(text, f"{cluster}.yaml", Overrides())
+        provider = f"provider: {{type: {self.provider_type}}}\n"
+        return typed_config(cluster, provider, "{}", "{simulated_capacity: 0}")
 
     def exhaust(self, provider: NodeProvider) -> str:
         return "scarce"  # simulated_capacity: 0

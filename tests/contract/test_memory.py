@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
 from launcher.providers.base import NodeProvider
 from launcher.testing.contract import (
@@ -19,7 +18,7 @@ from launcher.testing.contract import (
     Types,
 )
 from launcher.testing.memory import MemoryProvider
-from tests.contract.types_text import TYPES_TEXT
+from tests.contract.types_text import typed_config
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 
@@ -31,9 +30,7 @@ class MemoryHarness:
         self.made: dict[str, MemoryProvider] = {}
 
     def config(self, cluster: str) -> ClusterConfig:
-        text = f"cluster_name: {cluster}\nmax_workers: 8\nprovider: {{type: localhost}}\n"
-        text += TYPES_TEXT.replace("SCARCE", "{}").replace("NODE", "{}")
-        return parse_config(text, f"{cluster}.yaml", Overrides())
+        return typed_config(cluster, "provider: {type: localhost}\n", "{}", "{}")
 
     def provider(self, cluster: str) -> NodeProvider:
         if cluster not in self.made:

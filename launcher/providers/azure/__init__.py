@@ -1,0 +1,1 @@
+"""The Azure provider: `provider: type: azure` (see docs/adding-a-provider.md)."""

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from launcher.providers.aws.spec import AwsSpec
+from launcher.providers.azure.spec import AzureSpec
 from launcher.providers.gcp.spec import GcpSpec
 from launcher.providers.kubernetes.spec import KubernetesSpec
 from launcher.providers.localhost.spec import FakeMultinodeSpec, LocalhostSpec
@@ -22,6 +23,7 @@ SPECS: Mapping[str, ProviderSpec] = MappingProxyType(
             AwsSpec(),
             GcpSpec(),
             KubernetesSpec(),
+            AzureSpec(),
         )
     }
 )

@@ -43,7 +43,7 @@ OWN = {
 
 def _bases() -> list[dict[str, Any]]:
     bases = [OWN]
-    for directory in ("aws", "gcp", "local", "kubernetes", "fake_multi_node"):
+    for directory in ("aws", "gcp", "azure", "local", "kubernetes", "fake_multi_node"):
         for path in sorted((RAY_EXAMPLES / directory).glob("example*.yaml")):
             bases.append(yaml.safe_load(path.read_text()))
     return bases
@@ -70,7 +70,7 @@ TOP_LEVEL = {
     ("idle_timeout_minutes",): [*NOT_NUMBER, *NOT_FINITE, *ABSURD, 10**7],
     ("metadata", "mine"): NOT_FINITE,
     ("provider",): NOT_MAPPING,
-    ("provider", "type"): [5, [], {}, "azure", "nope"],
+    ("provider", "type"): [5, [], {}, "oracle", "nope"],
     ("auth",): NOT_MAPPING,
     ("auth", "ssh_user"): NOT_STRING,
     ("docker",): NOT_MAPPING,

@@ -1,6 +1,6 @@
 """The price table covers every type the example configs name, and says when and where from.
 
-Examples: ours (examples/clusters/) and Ray's AWS and GCP ones (../shared/ray-example-configs,
+Examples: ours (examples/clusters/) and Ray's AWS, GCP and Azure ones (../shared/ray-example-configs,
 legacy/ included). A type missing from the table would make `plan` print "unknown" for it.
 """
 
@@ -41,6 +41,9 @@ def _types_in(path: Path) -> Iterator[tuple[str, str, str]]:
     for node_config in _node_configs(config):
         if isinstance(node_config.get("InstanceType"), str):
             yield "aws", "machine", node_config["InstanceType"]
+        azure = node_config.get("azure_arm_parameters")
+        if isinstance(azure, Mapping) and isinstance(azure.get("vmSize"), str):
+            yield "azure", "machine", azure["vmSize"]
         if isinstance(node_config.get("machineType"), str):
             yield "gcp", "machine", _basename(node_config["machineType"])
         accelerators = node_config.get("guestAccelerators") or []
@@ -99,6 +102,19 @@ def test_rays_aws_and_gcp_examples_are_priced() -> None:
     assert not problems, "\n".join(problems)
 
 
+def test_rays_azure_examples_are_priced() -> None:
+    if not RAY_EXAMPLES.is_dir():
+        pytest.skip(f"Ray's example configs are not at {RAY_EXAMPLES}")
+    files = sorted((RAY_EXAMPLES / "azure").rglob("*.yaml"))
+    found = {t for path in files for t in _types_in(path)}
+    assert {
+        ("azure", "machine", "Standard_D2s_v3"),
+        ("azure", "machine", "Standard_NC6s_v3"),
+    } <= found
+    problems = _unpriced(files)
+    assert not problems, "\n".join(problems)
+
+
 def test_machine_rows_are_consistent() -> None:
     prices = load_prices()
     for provider, machines in prices.machines.items():
@@ -114,7 +130,8 @@ def test_table_is_dated_and_sourced() -> None:
     assert datetime.date.fromisoformat(prices.as_of)
     assert prices.source.strip()
     assert "aws.amazon.com" in prices.source and "cloud.google.com" in prices.source
-    assert prices.reference_regions == {"aws": "us-east-1", "gcp": "us-central1"}
+    assert "azure.microsoft.com" in prices.source
+    assert prices.reference_regions == {"aws": "us-east-1", "gcp": "us-central1", "azure": "eastus"}
 
 
 def test_unknown_types_are_none_not_zero() -> None:
@@ -122,4 +139,5 @@ def test_unknown_types_are_none_not_zero() -> None:
     assert prices.machine("aws", "x99.nonexistent") is None
     assert prices.machine("gcp", "n9-imaginary-4") is None
     assert prices.machine("nowhere", "m5.large") is None
+    assert prices.machine("azure", "Standard_Imaginary_v9") is None
     assert prices.accelerator("gcp", "nvidia-imaginary-1") is None

@@ -298,6 +298,9 @@ class IsolatedHost:
         # More sshd_config lines (e.g. `SetEnv NAME=value` for every session), read when
         # the host starts.
         self.sshd_options: list[str] = []
+        # More addresses its sshd listens on (port 22), e.g. a cloud VM's public IP; read
+        # when the host starts.
+        self.extra_ips: list[str] = []
         self._unshare: subprocess.Popen[bytes] | None = None
         self._init_pid: int | None = None  # this box's PID of the host's PID 1 (sshd)
         self._pid_ns: str | None = None
@@ -338,7 +341,7 @@ class IsolatedHost:
         _live.append(self)
         (self.root / "unshare.pid").write_text(_identity(self._unshare.pid) or "")
         deadline = time.monotonic() + 15
-        while not _listening(self.ip, self.port):
+        while not all(_listening(ip, self.port) for ip in (self.ip, *self.extra_ips)):
             if self._unshare.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 log_text = (self.root / "sshd.log").read_text(errors="replace")
@@ -369,6 +372,7 @@ class IsolatedHost:
             "\n".join(
                 [
                     f"ListenAddress {self.ip}:{self.port}",
+                    *(f"ListenAddress {ip}:{self.port}" for ip in self.extra_ips),
                     f"HostKey {self.host_key}",
                     f"AuthorizedKeysFile {self.root / 'authorized_keys'}",
                     "PidFile none",

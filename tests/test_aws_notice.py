@@ -1,6 +1,6 @@
 """AWS's two-minute spot interruption notice, end to end against moto with instances as real
 SSH hosts and a fake instance metadata service: the spot worker's watcher
-(launcher/providers/aws/notice_watch.py) sees the notice and reports it through Ray; the head's
+(launcher/providers/notice_watch.py) sees the notice and reports it through Ray; the head's
 autoscaler launches the on-demand fallback at once and stops the noticed node's Ray before
 AWS takes the machine; the reclaim itself then counts as the same preemption."""
 
@@ -18,7 +18,7 @@ import pytest
 
 from fakes.aws.server import interrupt_spot, tag
 from fakes.hosts.ssh import isolation_unavailable
-from launcher.providers.aws.notice_watch import parse_notice, read_notice
+from launcher.providers.notice_watch import parse_notice, read_notice
 from tests.aws_clusters import AwsCluster, aws_config, running_cluster
 from tests.cluster_helpers import wait_for
 

@@ -54,7 +54,7 @@ def test_the_daemon_forgets_only_notices_of_nodes_gone_and_past_reclaim_with_gra
 
 def test_the_aws_watcher_writes_the_keys_the_autoscaler_reads() -> None:
     # The watcher runs where the launcher is not installed, so it carries the values itself.
-    from launcher.providers.aws import notice_watch
+    from launcher.providers import notice_watch
 
     assert (notice_watch.NOTICE_PREFIX, notice_watch.NOTICE_NAMESPACE) == (
         NOTICE_PREFIX,

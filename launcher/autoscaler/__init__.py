@@ -11,5 +11,5 @@
   listing it acts on, then acts. `clock.py` is the time every part is given; `spec.py` what
   `up` hands the head; `simulator.py` drives the planner with a simulated cloud and clock.
   What runs on the nodes themselves belongs to their provider (AWS's reclaim-notice
-  watcher: launcher/providers/aws/notice_watch.py).
+  watcher: launcher/providers/notice_watch.py).
 """

@@ -1,5 +1,5 @@
 """The command that starts a spot worker's reclaim-notice watcher once its Ray runs
-(launcher/providers/aws/notice_watch.py, sent as `python -c`: the launcher is not installed on
+(launcher/providers/notice_watch.py, sent as `python -c`: the launcher is not installed on
 workers). It runs in the background with the Python that has Ray there, one per node."""
 
 from __future__ import annotations
@@ -7,16 +7,17 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from launcher.providers.aws import notice_watch
+from launcher.providers import notice_watch
 
 LABEL = "launcher-notice-watch"
 
 
-def watcher_command(node_id: str, gcs_port: int) -> str:
+def watcher_command(node_id: str, gcs_port: int, cloud: str = "aws") -> str:
+    """`cloud`: whose metadata service the watcher asks (notice_watch's `--cloud`)."""
     source = Path(notice_watch.__file__).read_text()
     run = (
         f'-c {shlex.quote(source)} --gcs "$RAY_HEAD_IP:{gcs_port}" '
-        f"--node-id {shlex.quote(node_id)} --label {LABEL}"
+        f"--node-id {shlex.quote(node_id)} --cloud {cloud} --label {LABEL}"
     )
     # The Python the `ray` command runs with (its #! line), else python3, else python.
     inner = (

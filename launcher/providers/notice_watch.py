@@ -1,13 +1,21 @@
 """Run on a spot worker (its source is sent as `python -c`; standard library and Ray only):
 watch the instance metadata for the cloud's notice that it takes the machine back, and tell
-the head's autoscaler through Ray's key-value store, then exit.
+the head's autoscaler through Ray's key-value store, then exit. `--cloud` says whose
+metadata service it asks.
 
-AWS: `GET /latest/meta-data/spot/instance-action` (IMDSv2: a token from
+AWS (`--cloud aws`): `GET /latest/meta-data/spot/instance-action` (IMDSv2: a token from
 `PUT /latest/api/token` first) answers 404 until a notice, then
 `{"action": "terminate" | "stop" | "hibernate", "time": "2026-11-26T01:02:03Z"}`, about two
 minutes ahead. The metadata endpoint is `$AWS_EC2_METADATA_SERVICE_ENDPOINT`, else
 `ec2_metadata_service_endpoint` in ~/.aws/config (as botocore reads them), else
 http://169.254.169.254.
+
+Azure (`--cloud azure`): Scheduled Events, `GET /metadata/scheduledevents?api-version=...`
+with `Metadata: true`, answers a document whose `Events` list a `Preempt` event naming this
+VM in `Resources` about 30 s before a spot VM is evicted, with its `NotBefore` (an RFC 1123
+date; empty once the event has begun). The metadata endpoint is
+`$AZURE_POD_IDENTITY_AUTHORITY_HOST` (where azure-identity reads the instance metadata
+service, when set), else http://169.254.169.254.
 
 The key written is NOTICE_PREFIX + the node's id, its value the reclaim time (epoch seconds),
 as launcher/autoscaler/observe/notice_keys.py says (the values are repeated here: this runs
@@ -26,14 +34,18 @@ import time
 import urllib.error
 import urllib.request
 from datetime import datetime
+from email.utils import parsedate_to_datetime
 
 NOTICE_PREFIX = "launcher/reclaim/"
 NOTICE_NAMESPACE = "launcher"
 DEFAULT_ENDPOINT = "http://169.254.169.254"
 TOKEN_TTL_S = "21600"
+AZURE_EVENTS_API = "2020-07-01"
+AZURE_EVICTIONS = ("Preempt",)
 
 
 def endpoint() -> str:
+    """AWS's instance metadata endpoint, as botocore finds it."""
     configured = os.environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT")
     if configured:
         return configured.rstrip("/")
@@ -75,6 +87,44 @@ def read_notice(base: str, timeout_s: float = 2.0) -> float | None:
         return None  # 404 until a notice; no answer is no notice either
 
 
+def azure_endpoint() -> str:
+    return (os.environ.get("AZURE_POD_IDENTITY_AUTHORITY_HOST") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def parse_scheduled_events(body: str, vm_name: str, now: float) -> float | None:
+    """The eviction time of a Scheduled Events document's Preempt event for `vm_name` (now,
+    when the event has begun and has no NotBefore any more), or None."""
+    try:
+        events = json.loads(body).get("Events") or []
+    except (ValueError, AttributeError):
+        return None
+    for event in events:
+        if not isinstance(event, dict) or event.get("EventType") not in AZURE_EVICTIONS:
+            continue
+        resources = [str(r).lower() for r in event.get("Resources") or ()]
+        if resources and vm_name.lower() not in resources:
+            continue
+        not_before = str(event.get("NotBefore") or "")
+        try:
+            return parsedate_to_datetime(not_before).timestamp() if not_before else now
+        except (TypeError, ValueError):
+            return now
+    return None
+
+
+def read_azure_notice(base: str, vm_name: str, timeout_s: float = 2.0) -> float | None:
+    """The eviction time Azure's Scheduled Events announce for this VM, or None."""
+    request = urllib.request.Request(
+        f"{base}/metadata/scheduledevents?api-version={AZURE_EVENTS_API}",
+        headers={"Metadata": "true"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+            return parse_scheduled_events(reply.read().decode(), vm_name, time.time())
+    except (urllib.error.URLError, OSError):
+        return None
+
+
 def report(gcs_address: str, node_id: str, at: float) -> None:
     from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
@@ -88,12 +138,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="notice_watch")
     parser.add_argument("--gcs", required=True, help="the head's GCS, ip:port")
     parser.add_argument("--node-id", required=True, help="this node's id (its instance id)")
+    parser.add_argument("--cloud", choices=("aws", "azure"), default="aws")
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--label", help="names the process (to find it again); not used")
     args = parser.parse_args(argv)
-    base = endpoint()
+    if args.cloud == "azure":
+        base = azure_endpoint()
+
+        def read() -> float | None:
+            return read_azure_notice(base, args.node_id)
+    else:
+        base = endpoint()
+
+        def read() -> float | None:
+            return read_notice(base)
+
     while True:
-        at = read_notice(base)
+        at = read()
         if at is not None:
             break
         time.sleep(args.interval)

@@ -182,7 +182,7 @@ def test_unknown_provider_type_suggests(
     assert result.exit_code == 2
     assert "provider.type" in result.stderr and "did you mean `gcp`?" in result.stderr
     result = cli_runner(
-        "validate", str(write_config("cluster_name: demo\nprovider: {type: azure}\n"))
+        "validate", str(write_config("cluster_name: demo\nprovider: {type: oracle}\n"))
     )
     assert "not a provider the launcher supports" in result.stderr
     assert "localhost" in result.stderr

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 
 from launcher.config.model import ClusterConfig
 from launcher.providers.aws.launch import is_spot
-from launcher.providers.notices import watcher_command
 from launcher.providers.nodes import Node, NodeKind
+from launcher.providers.notices import watcher_command
 from launcher.providers.ssh_access import SshNodeAccess
 
 

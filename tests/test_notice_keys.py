@@ -3,6 +3,8 @@ its reclaim time (one small key per reclaimed node was left for the life of the 
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from typing import Any
 
 from launcher.autoscaler.daemon import RECLAIM_GRACE_S, Daemon
@@ -60,3 +62,34 @@ def test_the_aws_watcher_writes_the_keys_the_autoscaler_reads() -> None:
         NOTICE_PREFIX,
         NOTICE_NAMESPACE,
     )
+
+
+def test_the_azure_watcher_reads_a_preempt_event_for_its_own_vm() -> None:
+    from launcher.providers.notice_watch import parse_scheduled_events
+
+    document = json.dumps(
+        {
+            "DocumentIncarnation": 2,
+            "Events": [
+                {
+                    "EventId": "a",
+                    "EventType": "Freeze",
+                    "Resources": ["vm-1"],
+                    "NotBefore": "Wed, 02 Dec 2026 10:00:00 GMT",
+                },
+                {
+                    "EventId": "b",
+                    "EventType": "Preempt",
+                    "Resources": ["VM-1"],
+                    "NotBefore": "Wed, 02 Dec 2026 10:00:30 GMT",
+                },
+            ],
+        }
+    )
+    at = parse_scheduled_events(document, "vm-1", now=0.0)
+    assert at == datetime(2026, 12, 2, 10, 0, 30, tzinfo=UTC).timestamp()
+    assert parse_scheduled_events(document, "vm-2", now=0.0) is None  # another VM's
+    started = document.replace('"Wed, 02 Dec 2026 10:00:30 GMT"', '""')
+    assert parse_scheduled_events(started, "vm-1", now=7.0) == 7.0  # begun: no NotBefore
+    assert parse_scheduled_events('{"Events": []}', "vm-1", now=0.0) is None
+    assert parse_scheduled_events("not json", "vm-1", now=0.0) is None

@@ -62,7 +62,7 @@ def test_counts_and_cost(write_config: Callable[[str], Path]) -> None:
     assert cost.at_max_on_demand == pytest.approx(
         m5l.price.on_demand + 3 * m5xl.price.on_demand + p3.price.on_demand
     )
-    assert cost.as_of == prices.as_of
+    assert cost.as_of == prices.dated("aws")
 
 
 def test_global_cap_limits_the_costliest_mix(write_config: Callable[[str], Path]) -> None:

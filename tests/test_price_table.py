@@ -141,3 +141,15 @@ def test_unknown_types_are_none_not_zero() -> None:
     assert prices.machine("nowhere", "m5.large") is None
     assert prices.machine("azure", "Standard_Imaginary_v9") is None
     assert prices.accelerator("gcp", "nvidia-imaginary-1") is None
+
+
+def test_each_provider_keeps_its_own_tables_date() -> None:
+    # A provider's older table (Azure's) must not make `plan` date another's prices by it.
+    from launcher.providers.registry import SPECS
+
+    prices = load_prices()
+    for name, spec in SPECS.items():
+        rows = spec.price_rows()
+        if rows is not None:
+            assert prices.dated(name) == rows["as_of"]
+    assert prices.as_of == min(prices.dates.values())

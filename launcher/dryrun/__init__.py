@@ -157,7 +157,7 @@ def _cost(
         at_max=_total(at_max, configured=True),
         at_max_on_demand=_total(at_max_od, configured=False),
         unpriced_types=unpriced,
-        as_of=prices.as_of,
+        as_of=prices.dated(spec.type),
         reference_region=region,
         note=prices.note,
     )

@@ -8,7 +8,7 @@ from; everything shown from it carries that date.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -46,6 +46,12 @@ class PriceTable:
     reference_regions: Mapping[str, str]
     machines: Mapping[str, Mapping[str, MachineInfo]]
     accelerators: Mapping[str, Mapping[str, HourlyPrice]]
+    # Each provider's table's own date (`as_of` is the oldest of them).
+    dates: Mapping[str, str] = field(default_factory=dict)
+
+    def dated(self, provider: str) -> str:
+        """The date of `provider`'s prices (the whole table's where it has none of its own)."""
+        return self.dates.get(provider, self.as_of)
 
     def machine(self, provider: str, name: str) -> MachineInfo | None:
         return self.machines.get(provider, {}).get(name)
@@ -68,7 +74,8 @@ def _machine(name: str, row: Mapping[str, Any]) -> MachineInfo:
 @lru_cache(maxsize=1)
 def load_prices() -> PriceTable:
     """The price tables the providers ship in their packages (each spec's `price_file`),
-    read once (they never change at run time). The table's date is its oldest one's."""
+    read once (they never change at run time). The table's date is its oldest one's; each
+    provider's own is `dated(type)`."""
     from launcher.providers.registry import SPECS  # the registry's specs import this module
 
     tables: dict[str, tuple[str, Mapping[str, Any]]] = {}
@@ -81,6 +88,7 @@ def load_prices() -> PriceTable:
         note=" ".join(dict.fromkeys(rows["note"] for _, rows in tables.values())),
         source=" ".join(rows["source"] for _, rows in tables.values()),
         reference_regions={t: rows["reference_region"] for t, (_, rows) in tables.items()},
+        dates={t: rows["as_of"] for t, (_, rows) in tables.items()},
         machines={
             t: {k: _machine(k, v) for k, v in rows["machines"].items()}
             for t, (_, rows) in tables.items()

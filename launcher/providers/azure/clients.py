@@ -1,0 +1,169 @@
+"""Azure's management clients, as the user's Azure setup says: credentials, subscription and
+endpoints. Imports the Azure SDK only when called.
+
+- Credentials: azure-identity's default chain (`DefaultAzureCredential`): a service
+  principal or workload identity from the environment (`AZURE_CLIENT_ID`,
+  `AZURE_TENANT_ID`, `AZURE_CLIENT_SECRET` ...), the VM's managed identity (how the
+  autoscaler on the head gets the head's identity), then the Azure CLI's login.
+- Token authority: `AZURE_AUTHORITY_HOST` (azure-identity's own variable), for sovereign
+  clouds and Azure Stack. msal checks an authority host it does not know with Microsoft's
+  world-wide instance discovery service; for such a host (which that service cannot know)
+  the check is turned off.
+- Resource Manager: `AZURE_RESOURCE_MANAGER_ENDPOINT`, else the public cloud's; tokens are
+  asked for that endpoint's `/.default` scope.
+- TLS: the SDK's transport honours `REQUESTS_CA_BUNDLE` (a private CA).
+- Subscription: `provider.subscription_id`, else `AZURE_SUBSCRIPTION_ID`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+from urllib.parse import urlparse
+
+from launcher.errors import UsageError
+from launcher.providers.azure.model import AzureProviderConfig
+
+ENDPOINT_VARIABLE = "AZURE_RESOURCE_MANAGER_ENDPOINT"
+PUBLIC_RESOURCE_MANAGER = "https://management.azure.com"
+AUTHORITY_VARIABLE = "AZURE_AUTHORITY_HOST"
+SUBSCRIPTION_VARIABLE = "AZURE_SUBSCRIPTION_ID"
+CREDENTIALS_HINT = (
+    "run `az login`, or set AZURE_TENANT_ID, AZURE_CLIENT_ID and AZURE_CLIENT_SECRET for a "
+    "service principal"
+)
+
+
+def resource_manager(environ: Mapping[str, str] | None = None) -> str:
+    """The Resource Manager endpoint (no trailing `/`)."""
+    found = (environ if environ is not None else os.environ).get(ENDPOINT_VARIABLE)
+    return (found or PUBLIC_RESOURCE_MANAGER).rstrip("/")
+
+
+def credential_scope(endpoint: str) -> str:
+    return f"{endpoint.rstrip('/')}/.default"
+
+
+def authority_is_known(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether msal knows the token authority's host (the public and sovereign clouds';
+    also when none is set: the public cloud's)."""
+    from msal.authority import WELL_KNOWN_AUTHORITY_HOSTS
+
+    value = (environ if environ is not None else os.environ).get(AUTHORITY_VARIABLE, "")
+    if not value:
+        return True
+    host = urlparse(value if "://" in value else f"https://{value}").hostname or ""
+    return host in WELL_KNOWN_AUTHORITY_HOSTS
+
+
+def subscription_of(settings: AzureProviderConfig, environ: Mapping[str, str] | None = None) -> str:
+    """The subscription the cluster lives in: the config's, else the environment's."""
+    found = settings.subscription_id or (environ if environ is not None else os.environ).get(
+        SUBSCRIPTION_VARIABLE
+    )
+    if not found:
+        raise UsageError(
+            "no Azure subscription given; set provider.subscription_id in the cluster "
+            f"config, or {SUBSCRIPTION_VARIABLE} (`az account show --query id -o tsv`)"
+        )
+    return found
+
+
+def make_credential(environ: Mapping[str, str] | None = None) -> Any:
+    """azure-identity's default chain, with instance discovery off for an authority host
+    msal does not know (see the module docstring). Interactive sign-in is never tried: the
+    launcher runs unattended on the head."""
+    from azure.identity import DefaultAzureCredential
+
+    return DefaultAzureCredential(disable_instance_discovery=not authority_is_known(environ))
+
+
+@dataclass
+class AzureClients:
+    """The management clients of one subscription, each built on first use (building one
+    loads its models: ~0.1 s), sharing one credential."""
+
+    credential: Any
+    subscription: str
+    endpoint: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def _client_options(self) -> dict[str, Any]:
+        return {
+            "base_url": self.endpoint,
+            "credential_scopes": [credential_scope(self.endpoint)],
+            **self.options,
+        }
+
+    @cached_property
+    def resources(self) -> Any:
+        from azure.mgmt.resource.resources import ResourceManagementClient
+
+        return ResourceManagementClient(
+            self.credential, self.subscription, **self._client_options()
+        )
+
+    @cached_property
+    def compute(self) -> Any:
+        from azure.mgmt.compute import ComputeManagementClient
+
+        return ComputeManagementClient(self.credential, self.subscription, **self._client_options())
+
+    @cached_property
+    def network(self) -> Any:
+        from azure.mgmt.network import NetworkManagementClient
+
+        return NetworkManagementClient(self.credential, self.subscription, **self._client_options())
+
+    @cached_property
+    def identities(self) -> Any:
+        from azure.mgmt.msi import ManagedServiceIdentityClient
+
+        return ManagedServiceIdentityClient(
+            self.credential, self.subscription, **self._client_options()
+        )
+
+    @cached_property
+    def authorization(self) -> Any:
+        from azure.mgmt.authorization import AuthorizationManagementClient
+
+        return AuthorizationManagementClient(
+            self.credential, self.subscription, **self._client_options()
+        )
+
+
+def make_clients(
+    settings: AzureProviderConfig,
+    environ: Mapping[str, str] | None = None,
+    **options: Any,
+) -> AzureClients:
+    """The clients for `settings`, from this process's environment (or `environ`).
+    `options` go to every client (e.g. `polling_interval`)."""
+    return AzureClients(
+        credential=make_credential(environ),
+        subscription=subscription_of(settings, environ),
+        endpoint=resource_manager(environ),
+        options=options,
+    )
+
+
+def arm_code(exc: BaseException) -> str:
+    """ARM's error code of an SDK error (`SkuNotAvailable`, `AllocationFailed` ...), or ""."""
+    error = getattr(exc, "error", None)
+    code = getattr(error, "code", None)
+    return str(code) if code else ""
+
+
+def arm_message(exc: BaseException) -> str:
+    """One line of an SDK error: ARM's code and message where it gave them."""
+    error = getattr(exc, "error", None)
+    message = getattr(error, "message", None)
+    code = arm_code(exc)
+    if message:
+        text = f"{code}: {message}" if code else str(message)
+    else:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return " ".join(text.split())

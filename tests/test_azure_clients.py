@@ -12,6 +12,7 @@ import pytest
 from fakes.azure.server import AzureServer
 from launcher.config.loader import parse_config
 from launcher.errors import UsageError
+from launcher.providers.azure.bodies import nic_body, node_tags, public_ip_body, vm_body
 from launcher.providers.azure.clients import (
     arm_code,
     arm_message,
@@ -56,7 +57,7 @@ def test_the_clients_reach_resource_manager_with_the_default_credential_chain(
     assert arm_code(caught.value) == "ResourceNotFound"
     line = arm_message(caught.value)
     assert line.startswith("ResourceNotFound: ") and "\n" not in line
-    # Nothing went anywhere but the fake (its log has every call, each authenticated).
+    # The calls reached the fake, each with a token of the principal.
     assert server.calls("resourceGroups.*") and all(
         c.call.principal for c in server.calls("resourceGroups.*")
     )
@@ -80,3 +81,63 @@ def test_the_subscription_is_the_configs_else_the_environments_else_a_clear_line
     with pytest.raises(UsageError) as caught:
         subscription_of(_settings(), {})
     assert "provider.subscription_id" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_nodes_bodies_make_a_vm_that_takes_its_nic_disk_and_ip_with_it(
+    server: AzureServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    clients = make_clients(_settings(), polling_interval=0.05)
+    clients.resources.resource_groups.create_or_update("rg", {"location": "eastus"})
+    vnet = {
+        "location": "eastus",
+        "properties": {
+            "addressSpace": {"addressPrefixes": ["127.19.0.0/16"]},
+            "subnets": [{"name": "s", "properties": {"addressPrefix": "127.19.0.0/16"}}],
+        },
+    }
+    network = clients.network
+    made = network.virtual_networks.begin_create_or_update("rg", "v", vnet).result()
+    subnet_id = made.subnets[0].id
+    tags = {"launcher-cluster": "c", "launcher-node-kind": "worker"}
+    node_config = {
+        "azure_arm_parameters": {
+            "vmSize": "Standard_D2s_v3",
+            "imagePublisher": "microsoft-dsvm",
+            "imageOffer": "ubuntu-2204",
+            "imageSku": "2204-gen2",
+            "priority": "Spot",
+            "billingProfile": {"maxPrice": 0.05},
+            "vmTags": {"team": "ml", "launcher-cluster": "not-this"},
+        }
+    }
+    ip = network.public_ip_addresses.begin_create_or_update(
+        "rg", "n1-ip", public_ip_body("eastus", "2", tags)
+    ).result()
+    assert ip.ip_address
+    nic = network.network_interfaces.begin_create_or_update(
+        "rg", "n1-nic", nic_body("eastus", subnet_id, tags, public_ip_id=ip.id)
+    ).result()
+    assert nic.ip_configurations[0].private_ip_address.startswith("127.19.")
+    body = vm_body(
+        node_config,
+        name="n1",
+        location="eastus",
+        zone="2",
+        tags=node_tags(node_config, tags),
+        admin_user="ubuntu",
+        public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGx0ZXN0a2V5 test",
+        nic_id=nic.id,
+    )
+    vm = clients.compute.virtual_machines.begin_create_or_update("rg", "n1", body).result()
+    assert (vm.priority, vm.eviction_policy, vm.billing_profile.max_price) == (
+        "Spot",
+        "Delete",
+        0.05,
+    )
+    assert vm.zones == ["2"] and vm.hardware_profile.vm_size == "Standard_D2s_v3"
+    assert vm.tags == {**tags, "team": "ml"}  # the launcher's tags over the user's
+    clients.compute.virtual_machines.begin_delete("rg", "n1").result()
+    left = {r.name for r in clients.resources.resources.list_by_resource_group("rg")}
+    assert left == {"v"}  # the NIC, public IP and OS disk went with the VM

@@ -22,6 +22,8 @@ from launcher.providers.azure.clients import (
     subscription_of,
 )
 from launcher.providers.azure.model import AzureProviderConfig
+from launcher.providers.azure.vms import TAG_PRIVATE_IP, power_state, to_node
+from launcher.providers.nodes import NodeState
 
 
 def _settings(extra: str = "") -> AzureProviderConfig:
@@ -100,7 +102,7 @@ def test_a_nodes_bodies_make_a_vm_that_takes_its_nic_disk_and_ip_with_it(
     network = clients.network
     made = network.virtual_networks.begin_create_or_update("rg", "v", vnet).result()
     subnet_id = made.subnets[0].id
-    tags = {"launcher-cluster": "c", "launcher-node-kind": "worker"}
+    tags = {"launcher-cluster": "c", "launcher-node-kind": "worker", TAG_PRIVATE_IP: "127.19.0.9"}
     node_config = {
         "azure_arm_parameters": {
             "vmSize": "Standard_D2s_v3",
@@ -133,11 +135,21 @@ def test_a_nodes_bodies_make_a_vm_that_takes_its_nic_disk_and_ip_with_it(
     vm = clients.compute.virtual_machines.begin_create_or_update("rg", "n1", body).result()
     assert (vm.priority, vm.eviction_policy, vm.billing_profile.max_price) == (
         "Spot",
-        "Delete",
+        "Deallocate",
         0.05,
     )
     assert vm.zones == ["2"] and vm.hardware_profile.vm_size == "Standard_D2s_v3"
     assert vm.tags == {**tags, "team": "ml"}  # the launcher's tags over the user's
+    listed = list(clients.compute.virtual_machines.list("rg", expand="instanceView"))
+    node = to_node(listed[0], internal=True)
+    assert node is not None and node.state is NodeState.RUNNING and node.zone == "2"
+    assert node.ip == "127.19.0.9" and "team" in node.tags
+    server.evict("n1", notice_s=0, wait=True)
+    evicted = clients.compute.virtual_machines.get("rg", "n1", expand="instanceView")
+    assert power_state(evicted) == "deallocated"
+    gone = to_node(evicted, internal=True)
+    assert gone is not None and gone.state is NodeState.PREEMPTED
+    assert to_node(evicted, internal=True, answered={"n1"}) is None
     clients.compute.virtual_machines.begin_delete("rg", "n1").result()
     left = {r.name for r in clients.resources.resources.list_by_resource_group("rg")}
     assert left == {"v"}  # the NIC, public IP and OS disk went with the VM

@@ -178,7 +178,9 @@ def vm_body(
         properties["securityProfile"] = {"securityType": params["securityType"]}
     if is_spot(node_config):
         properties["priority"] = "Spot"
-        properties["evictionPolicy"] = str(params.get("evictionPolicy") or "Delete")
+        # Azure's own default: an evicted VM stays, deallocated, so the listing shows it as
+        # preempted until the autoscaler has answered (and deleted) it.
+        properties["evictionPolicy"] = str(params.get("evictionPolicy") or "Deallocate")
         cap = max_price(node_config)
         properties["billingProfile"] = {"maxPrice": -1 if cap is None else cap}
     elif str(params.get("priority", "")).lower() == "low":

@@ -1,0 +1,126 @@
+"""Azure VMs as nodes. Pure: reads the SDK's VirtualMachine models, makes no calls.
+
+A VM is listed with its instance view (`$expand=instanceView`: one call per tick for the
+whole resource group), so its power state comes with it. Its addresses are in its tags
+(`TAG_PRIVATE_IP`, `TAG_PUBLIC_IP`), written when the node is made from its NIC and public
+IP, so a listing needs no call per NIC.
+
+States: provisioning or starting is PENDING, running is RUNNING. A spot worker Azure
+evicted (deallocated, not by the launcher) is PREEMPTED until the autoscaler has answered
+it; a VM the launcher stopped (`STOPPED_TAG`) is only in `stopped_nodes`; a deleting or
+failed VM is no node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from launcher.providers.nodes import TAG_KIND, TAG_TYPE, Node, NodeKind, NodeState
+
+TAG_PRIVATE_IP = "launcher-private-ip"
+TAG_PUBLIC_IP = "launcher-public-ip"
+STOPPED_TAG = "launcher-stopped"  # set on VMs the launcher deallocated itself
+_INTERNAL_TAGS = (TAG_PRIVATE_IP, TAG_PUBLIC_IP, STOPPED_TAG)
+_OFF = {"stopped", "stopping", "deallocated", "deallocating"}
+
+
+def _text(value: Any) -> str:
+    """A model field as text, lower case: the SDK's enums are `str` enums, whose `str()` is
+    their class and member name, not their value."""
+    return str(getattr(value, "value", value) or "").lower()
+
+
+def statuses(vm: Any) -> dict[str, str]:
+    """The instance view's statuses by kind: {"PowerState": "running",
+    "ProvisioningState": "succeeded"}."""
+    view = getattr(vm, "instance_view", None)
+    found = {}
+    for status in getattr(view, "statuses", None) or ():
+        kind, _, value = str(getattr(status, "code", "") or "").partition("/")
+        if value:
+            found[kind] = value.lower()
+    return found
+
+
+def power_state(vm: Any) -> str:
+    """`running`, `starting`, `deallocated` ... ("" while Azure has not said)."""
+    return statuses(vm).get("PowerState", "")
+
+
+def provisioning_state(vm: Any) -> str:
+    """The VM's provisioning state, lower case (`creating`, `succeeded`, `failed` ...)."""
+    return _text(getattr(vm, "provisioning_state", ""))
+
+
+def is_spot_vm(vm: Any) -> bool:
+    return _text(getattr(vm, "priority", "")) == "spot"
+
+
+def zone_of(vm: Any) -> str:
+    zones = getattr(vm, "zones", None) or ()
+    return str(zones[0]) if zones else ""
+
+
+def created_at(vm: Any) -> float:
+    made = getattr(vm, "time_created", None)
+    return made.timestamp() if made is not None else 0.0
+
+
+def launcher_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    """A node's tags as callers see them: without the provider's own bookkeeping."""
+    return {k: v for k, v in tags.items() if k not in _INTERNAL_TAGS}
+
+
+def to_node(vm: Any, internal: bool, answered: Collection[str] = ()) -> Node | None:
+    """The node `vm` is, or None when it is not one of the cluster's live nodes (see the
+    module docstring). `internal`: address it by its private IP."""
+    tags: Mapping[str, str] = getattr(vm, "tags", None) or {}
+    kind_tag = tags.get(TAG_KIND)
+    if kind_tag not in (NodeKind.HEAD.value, NodeKind.WORKER.value):
+        return None
+    kind = NodeKind(kind_tag)
+    name = str(vm.name)
+    provisioning, power = provisioning_state(vm), power_state(vm)
+    if provisioning in ("deleting", "failed"):
+        return None
+    if power in _OFF:
+        evicted = kind is NodeKind.WORKER and is_spot_vm(vm) and STOPPED_TAG not in tags
+        if not evicted or name in answered:
+            return None
+        state = NodeState.PREEMPTED
+    elif power == "running" and provisioning == "succeeded":
+        state = NodeState.RUNNING
+    else:
+        state = NodeState.PENDING
+    private, public = tags.get(TAG_PRIVATE_IP), tags.get(TAG_PUBLIC_IP)
+    return Node(
+        id=name,
+        kind=kind,
+        node_type=tags.get(TAG_TYPE, ""),
+        ip=(private if internal else public or private) or None,
+        state=state,
+        tags=launcher_tags(tags),
+        created_at=created_at(vm),
+        zone=zone_of(vm),
+    )
+
+
+def stopped_node(vm: Any, internal: bool) -> Node | None:
+    """A VM the launcher deallocated itself, as a STOPPED node (None for any other VM)."""
+    tags: Mapping[str, str] = getattr(vm, "tags", None) or {}
+    if STOPPED_TAG not in tags or power_state(vm) not in _OFF:
+        return None
+    if tags.get(TAG_KIND) not in (NodeKind.HEAD.value, NodeKind.WORKER.value):
+        return None
+    private, public = tags.get(TAG_PRIVATE_IP), tags.get(TAG_PUBLIC_IP)
+    return Node(
+        id=str(vm.name),
+        kind=NodeKind(tags[TAG_KIND]),
+        node_type=tags.get(TAG_TYPE, ""),
+        ip=(private if internal else public or private) or None,
+        state=NodeState.STOPPED,
+        tags=launcher_tags(tags),
+        created_at=created_at(vm),
+        zone=zone_of(vm),
+    )

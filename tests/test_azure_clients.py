@@ -5,6 +5,7 @@ the environment, ARM's errors as one line."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from fakes.azure.server import AzureServer
 from launcher.config.loader import parse_config
 from launcher.errors import UsageError
+from launcher.providers.azure import names
 from launcher.providers.azure.bodies import nic_body, node_tags, public_ip_body, vm_body
 from launcher.providers.azure.clients import (
     arm_code,
@@ -22,6 +24,7 @@ from launcher.providers.azure.clients import (
     subscription_of,
 )
 from launcher.providers.azure.model import AzureProviderConfig
+from launcher.providers.azure.network import ensure_group, ensure_network, remove_network
 from launcher.providers.azure.vms import TAG_PRIVATE_IP, power_state, to_node
 from launcher.providers.nodes import NodeState
 
@@ -153,3 +156,32 @@ def test_a_nodes_bodies_make_a_vm_that_takes_its_nic_disk_and_ip_with_it(
     clients.compute.virtual_machines.begin_delete("rg", "n1").result()
     left = {r.name for r in clients.resources.resources.list_by_resource_group("rg")}
     assert left == {"v"}  # the NIC, public IP and OS disk went with the VM
+
+
+def test_the_network_is_made_once_reused_and_purged_only_where_it_is_ours(
+    server: AzureServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    settings = _settings(", subnet_mask: 127.19.0.0/16, allow_ssh_from: [198.51.100.7/32]")
+    settings = dataclasses.replace(settings, resource_group="net-rg")
+    clients = make_clients(settings, polling_interval=0.05)
+    assert ensure_group(clients, settings, "ml.prod") == ["created resource group net-rg in eastus"]
+    made, done = ensure_network(clients, settings, "ml.prod", ["198.51.100.7/32"])
+    assert len(done) == 2 and made.subnet_id.endswith("/subnets/launcher-ml.prod-subnet")
+    # A second up, from a new process: nothing made, the same network.
+    again = make_clients(settings, polling_interval=0.05)
+    assert ensure_group(again, settings, "ml.prod") == []
+    assert ensure_network(again, settings, "ml.prod", ["198.51.100.7/32"]) == (made, [])
+    # A new caller address updates the rule in place.
+    _, done = ensure_network(again, settings, "ml.prod", ["203.0.113.9/32"])
+    assert done == ["updated network security group launcher-ml.prod-nsg (SSH from 203.0.113.9/32)"]
+    # Another cluster of the group (ml_prod) has its own; purging ml.prod leaves it.
+    other, _ = ensure_network(again, settings, "ml_prod", ["198.51.100.7/32"])
+    assert other.subnet_id != made.subnet_id
+    assert remove_network(again, settings, "ml.prod") == [
+        "virtual network launcher-ml.prod-vnet",
+        "network security group launcher-ml.prod-nsg",
+    ]
+    left = {r.name for r in again.resources.resources.list_by_resource_group("net-rg")}
+    assert left == {names.vnet("ml_prod"), names.security_group("ml_prod")}

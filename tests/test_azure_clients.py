@@ -6,13 +6,14 @@ the environment, ARM's errors as one line."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from fakes.azure.server import AzureServer
 from launcher.config.loader import parse_config
-from launcher.errors import UsageError
+from launcher.errors import ProviderError, UsageError
 from launcher.providers.azure import names
 from launcher.providers.azure.bodies import nic_body, node_tags, public_ip_body, vm_body
 from launcher.providers.azure.clients import (
@@ -23,6 +24,7 @@ from launcher.providers.azure.clients import (
     resource_manager,
     subscription_of,
 )
+from launcher.providers.azure.identity import ensure_identity, remove_identity
 from launcher.providers.azure.model import AzureProviderConfig
 from launcher.providers.azure.network import ensure_group, ensure_network, remove_network
 from launcher.providers.azure.vms import TAG_PRIVATE_IP, power_state, to_node
@@ -185,3 +187,45 @@ def test_the_network_is_made_once_reused_and_purged_only_where_it_is_ours(
     ]
     left = {r.name for r in again.resources.resources.list_by_resource_group("net-rg")}
     assert left == {names.vnet("ml_prod"), names.security_group("ml_prod")}
+
+
+def test_the_heads_identity_is_granted_its_group_only_and_purged_only_if_ours(
+    server: AzureServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    settings = dataclasses.replace(_settings(), resource_group="id-rg")
+    clients = make_clients(settings, polling_interval=0.05)
+    ensure_group(clients, settings, "c")
+    # Entra replicates a new principal for a while: the grant is tried again meanwhile.
+    monkeypatch.setattr(server, "principal_delay", 0.5)
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        time.sleep(0.2)
+
+    head, done = ensure_identity(clients, settings, "c", sleep=sleep)
+    assert done == [
+        "created managed identity launcher-c-head (the head's)",
+        "granted launcher-c-head Contributor on resource group id-rg only",
+    ]
+    assert waits and server.calls("roleAssignments.*")
+    refused = [c for c in server.calls("roleAssignments.*") if c.error == "PrincipalNotFound"]
+    assert refused
+    scope = f"/subscriptions/{server.subscription}/resourceGroups/id-rg"
+    granted = list(clients.authorization.role_assignments.list_for_scope(scope))
+    assert [(a.principal_id, a.scope) for a in granted] == [(head.principal_id, scope)]
+    assert ensure_identity(clients, settings, "c") == (head, [])  # a second up
+    # The user's own identity (msi_name) is used as it is, and never removed.
+    mine = dataclasses.replace(settings, msi_name="launcher-c-head")
+    assert ensure_identity(clients, mine, "c") == (head, [])
+    assert remove_identity(clients, mine, "c") == []
+    assert remove_identity(clients, settings, "c") == [
+        "role assignment of launcher-c-head on id-rg",
+        "managed identity launcher-c-head",
+    ]
+    assert not list(clients.authorization.role_assignments.list_for_scope(scope))
+    missing = dataclasses.replace(settings, msi_name="nope")
+    with pytest.raises(ProviderError, match=r"provider\.msi_name: no managed identity nope"):
+        ensure_identity(clients, missing, "c")

@@ -18,13 +18,13 @@ endpoints. Imports the Azure SDK only when called.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 from urllib.parse import urlparse
 
-from launcher.errors import UsageError
+from launcher.errors import ProviderError, UsageError
 from launcher.providers.azure.model import AzureProviderConfig
 
 ENDPOINT_VARIABLE = "AZURE_RESOURCE_MANAGER_ENDPOINT"
@@ -167,3 +167,19 @@ def arm_message(exc: BaseException) -> str:
     else:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return " ".join(text.split())
+
+
+def not_found(exc: BaseException) -> bool:
+    """Whether an SDK error says the resource does not exist."""
+    return type(exc).__name__ == "ResourceNotFoundError" or getattr(exc, "status_code", 0) == 404
+
+
+def get_or_none(read: Callable[[], Any]) -> Any | None:
+    """`read()` (an SDK `get`), or None when ARM says the resource does not exist; any
+    other error as a ProviderError of one line."""
+    try:
+        return read()
+    except Exception as exc:
+        if not_found(exc):
+            return None
+        raise ProviderError(arm_message(exc)) from exc

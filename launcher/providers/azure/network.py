@@ -9,14 +9,14 @@ Azure's default rules. It is attached to the cluster's subnet, so it covers ever
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from launcher.errors import ProviderError
 from launcher.providers.azure import names
-from launcher.providers.azure.clients import AzureClients, arm_message
+from launcher.providers.azure.clients import AzureClients, arm_message, get_or_none, not_found
 from launcher.providers.azure.model import AzureProviderConfig
 
 OWNER_TAG = "launcher-created-for"  # the cluster a resource was created for
@@ -28,20 +28,6 @@ SSH_PRIORITY = 1000
 class ClusterNetwork:
     subnet_id: str
     security_group_id: str
-
-
-def _not_found(exc: BaseException) -> bool:
-    return type(exc).__name__ == "ResourceNotFoundError" or getattr(exc, "status_code", 0) == 404
-
-
-def _get(read: Callable[[], Any]) -> Any | None:
-    """`read()`, or None when ARM says the resource does not exist."""
-    try:
-        return read()
-    except Exception as exc:
-        if _not_found(exc):
-            return None
-        raise ProviderError(arm_message(exc)) from exc
 
 
 def ensure_group(clients: AzureClients, settings: AzureProviderConfig, cluster: str) -> list[str]:
@@ -94,7 +80,7 @@ def ensure_network(
     nsg_name = names.security_group(cluster, settings.unique_id)
     vnet_name = names.vnet(cluster, settings.unique_id)
     subnet_name = names.subnet(cluster, settings.unique_id)
-    nsg = _get(lambda: network.network_security_groups.get(group, nsg_name))
+    nsg = get_or_none(lambda: network.network_security_groups.get(group, nsg_name))
     if nsg is None or not _rule_matches(nsg, ssh_from):
         existed = nsg is not None
         tags = dict(nsg.tags or {}) if nsg is not None else {OWNER_TAG: cluster}
@@ -120,7 +106,7 @@ def ensure_network(
             "networkSecurityGroup": {"id": nsg.id},
         },
     }
-    vnet = _get(lambda: network.virtual_networks.get(group, vnet_name))
+    vnet = get_or_none(lambda: network.virtual_networks.get(group, vnet_name))
     if vnet is None:
         body = {
             "location": settings.location,
@@ -160,13 +146,13 @@ def remove_network(clients: AzureClients, settings: AzureProviderConfig, cluster
         ("virtual network", vnet_name, network.virtual_networks),
         ("network security group", nsg_name, network.network_security_groups),
     ):
-        found = _get(partial(operations.get, group, name))
+        found = get_or_none(partial(operations.get, group, name))
         if found is None or (found.tags or {}).get(OWNER_TAG) != cluster:
             continue
         try:
             operations.begin_delete(group, name).result()
         except Exception as exc:
-            if _not_found(exc):
+            if not_found(exc):
                 continue
             raise ProviderError(f"cannot delete {kind} {name}: {arm_message(exc)}") from exc
         removed.append(f"{kind} {name}")

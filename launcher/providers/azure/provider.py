@@ -102,6 +102,7 @@ class AzureProvider(NodeProvider):
         self._identity: HeadIdentity | None = None
         self._key = config.auth.ssh_private_key or str(names.key_file(self.cluster_name))
         self.access = SshNodeAccess(config, self._key)
+        self._public_key: str | None = None  # read from the key file once
         self.traits = dataclasses.replace(
             type(self).traits, keeps_stopped_nodes=settings.cache_stopped_nodes
         )
@@ -157,6 +158,13 @@ class AzureProvider(NodeProvider):
         with self._lock:
             self._network = found
         return found
+
+    def _key_text(self) -> str:
+        """The launcher key's public half, derived once (~0.1 s for an RSA key), not per VM."""
+        with self._lock:
+            if self._public_key is None:
+                self._public_key = public_key(Path(self._key))
+            return self._public_key
 
     def _head_identity(self) -> HeadIdentity:
         with self._lock:
@@ -290,7 +298,7 @@ class AzureProvider(NodeProvider):
             zone=zone,
             tags={**tags, **addresses},
             admin_user=self.config.auth.ssh_user or "ubuntu",
-            public_key=public_key(Path(self._key)),
+            public_key=self._key_text(),
             nic_id=nic.id,
             identity_id=identity,
         )

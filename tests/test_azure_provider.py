@@ -4,6 +4,10 @@ ending the launch, tags, removal with everything a node owns, and purge."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,3 +93,71 @@ def test_a_cluster_comes_and_goes_leaving_nothing(server: AzureServer) -> None:
     assert any("managed identity" in line for line in removed)
     left = {r.name for r in provider.clients.resources.resources.list_by_resource_group("rg1")}
     assert left == set()
+
+
+# Run on "the head" as its autoscaler would: lists the cluster's nodes with the credential
+# azure-identity's default chain finds in this environment.
+AS_THE_HEAD = """
+import sys
+from launcher.config.loader import parse_config
+from launcher.providers.azure.provider import AzureProvider
+config = parse_config(sys.stdin.read(), "inline")
+print(sorted(n.id for n in AzureProvider(config, on_head=True).nodes()))
+"""
+
+
+def test_the_heads_commands_act_as_its_identity_and_spot_workers_watch(
+    server: AzureServer,
+) -> None:
+    text = CONFIG.format(name="c2", group="rg2")
+    config = parse_config(text, "inline")
+    provider = AzureProvider(config)
+    provider.bootstrap()
+    (head,) = provider.create_nodes(config.head_type, NodeKind.HEAD, 1, {}, request_id="h")
+    (spot,) = provider.create_nodes(config.node_types["spot"], NodeKind.WORKER, 1, {})
+    regular = dataclasses.replace(spot, node_type="head")
+    # Another process (`launcher exec`) knows the head only from its listing.
+    access = AzureProvider(config).access
+    env = access.node_env(head, head)
+    identity = server.clients().msi.user_assigned_identities
+    (made,) = list(identity.list_by_resource_group("rg2"))
+    assert env["AZURE_CLIENT_ID"] == made.client_id != os.environ["AZURE_CLIENT_ID"]
+    assert env["AZURE_SUBSCRIPTION_ID"] == os.environ["AZURE_SUBSCRIPTION_ID"]
+    assert env["AZURE_RESOURCE_MANAGER_ENDPOINT"] == server.url
+    assert not {"AZURE_CLIENT_SECRET", "AZURE_TENANT_ID"} & set(env)  # never the user's
+    worker_env = access.node_env(spot, head)
+    assert not any(k.startswith("AZURE_") for k in worker_env)
+    # With that environment alone, on the head VM (its metadata service, the fake's CA), the
+    # launcher lists the cluster as the head's identity.
+    machine = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ["HOME"],
+        "LAUNCHER_HOME": os.environ["LAUNCHER_HOME"],
+        "AZURE_POD_IDENTITY_AUTHORITY_HOST": server.host_env(head.id)[
+            "AZURE_POD_IDENTITY_AUTHORITY_HOST"
+        ],
+        "REQUESTS_CA_BUNDLE": str(server.ca_bundle),
+        "NO_PROXY": "127.0.0.0/8,localhost",
+        "AZURE_AUTHORITY_HOST": server.url,  # no Entra: a token from anywhere else fails
+    }
+    listed = subprocess.run(
+        [sys.executable, "-c", AS_THE_HEAD],
+        check=False,
+        input=text,
+        env={**machine, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert listed.stdout.strip() == repr(sorted([head.id, spot.id]))
+    (listing,) = [c for c in server.calls("virtualMachines.list") if c.call.rg == "rg2"][-1:]
+    assert listing.call.origin == head.id and listing.call.principal == made.principal_id
+    # A spot worker runs the Scheduled Events watcher beside Ray; the head and on-demand
+    # workers none.
+    (watch,) = access.after_ray_start(spot)
+    assert "--cloud azure" in watch and spot.id in watch
+    assert access.after_ray_start(head) == () == access.after_ray_start(regular)
+    provider.terminate_nodes([head.id, spot.id])
+    provider.cleanup(purge=True)

@@ -1,6 +1,5 @@
 """The Azure provider: nodes are VMs of the cluster's resource group, tagged with the
-cluster, kind, type and status (work in progress: not yet registered as the spec's
-implementation, see spec.py; its contract test is still to be written).
+cluster, kind, type and status. Nodes are reached over SSH (access.py: AzureAccess).
 
 - Listing: one `virtualMachines.list` of the resource group with the instance view, read
   by vms.py (addresses from the node's tags).
@@ -31,6 +30,7 @@ from typing import Any
 from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ProviderError
 from launcher.providers.azure import names
+from launcher.providers.azure.access import AzureAccess
 from launcher.providers.azure.bodies import nic_body, node_tags, public_ip_body, vm_body
 from launcher.providers.azure.clients import (
     AzureClients,
@@ -52,6 +52,7 @@ from launcher.providers.azure.vms import (
     STOPPED_TAG,
     TAG_PRIVATE_IP,
     TAG_PUBLIC_IP,
+    identity_client_id,
     stopped_node,
     to_node,
 )
@@ -67,7 +68,6 @@ from launcher.providers.base import (
 )
 from launcher.providers.caller import public_address
 from launcher.providers.keyfiles import ensure_key, public_key
-from launcher.providers.ssh_access import SshNodeAccess
 
 CAPACITY_CODES = frozenset(
     {
@@ -101,7 +101,10 @@ class AzureProvider(NodeProvider):
         self._network: ClusterNetwork | None = None
         self._identity: HeadIdentity | None = None
         self._key = config.auth.ssh_private_key or str(names.key_file(self.cluster_name))
-        self.access = SshNodeAccess(config, self._key)
+        # VM name -> client id of the identity it runs as, as listings fill it in (the
+        # head's commands act as that identity: AzureAccess.node_env).
+        self._client_ids: dict[str, str] = {}
+        self.access = AzureAccess(config, self._key, self._identity_client_id)
         self._public_key: str | None = None  # read from the key file once
         self.traits = dataclasses.replace(
             type(self).traits, keeps_stopped_nodes=settings.cache_stopped_nodes
@@ -180,11 +183,35 @@ class AzureProvider(NodeProvider):
         """The cluster's VMs (every state), from one listing of the group."""
         try:
             listed = self.clients.compute.virtual_machines.list(self.group, expand="instanceView")
-            return [vm for vm in listed if (vm.tags or {}).get(TAG_CLUSTER) == self.cluster_name]
+            found = [vm for vm in listed if (vm.tags or {}).get(TAG_CLUSTER) == self.cluster_name]
         except Exception as exc:
             if not_found(exc):  # no group yet: no nodes
                 return []
             raise ProviderError(f"cannot list VMs of {self.group}: {arm_message(exc)}") from exc
+        self._remember_identities(found)
+        return found
+
+    def _remember_identities(self, vms: Iterable[Any]) -> None:
+        with self._lock:
+            for vm in vms:
+                client_id = identity_client_id(vm)
+                if client_id:
+                    self._client_ids[str(vm.name)] = client_id
+
+    def _identity_client_id(self, node: Node) -> str | None:
+        """The client id of the identity `node`'s VM runs as: as listed, else read."""
+        with self._lock:
+            found = self._client_ids.get(node.id)
+        if found is None:
+            compute = self.clients.compute
+            try:
+                vm = get_or_none(lambda: compute.virtual_machines.get(self.group, node.id))
+            except ProviderError:
+                return None  # the VM's metadata service serves its only identity anyway
+            if vm is not None:
+                self._remember_identities([vm])
+                found = identity_client_id(vm)
+        return found
 
     def nodes(self) -> list[Node]:
         with self._lock:
@@ -313,6 +340,7 @@ class AzureProvider(NodeProvider):
                 return None, f"{code}: {arm_message(exc).split(': ', 1)[-1]}"
             raise ProviderError(f"{name}: launch refused: {arm_message(exc)}") from exc
         vm = compute.virtual_machines.get(self.group, vm.name, expand="instanceView")
+        self._remember_identities([vm])
         return to_node(vm, self.internal), ""
 
     def _resume(

@@ -124,3 +124,15 @@ def stopped_node(vm: Any, internal: bool) -> Node | None:
         created_at=created_at(vm),
         zone=zone_of(vm),
     )
+
+
+def identity_client_id(vm: Any) -> str | None:
+    """The client id of the first user-assigned managed identity `vm` runs as (the head's),
+    as ARM lists it with the VM; None when it has none."""
+    identity = getattr(vm, "identity", None)
+    assigned = getattr(identity, "user_assigned_identities", None) or {}
+    for value in assigned.values():
+        client_id = getattr(value, "client_id", None)
+        if client_id:
+            return str(client_id)
+    return None

@@ -21,6 +21,7 @@ from launcher.providers.azure.clients import (
     arm_message,
     authority_is_known,
     make_clients,
+    poll_interval,
     resource_manager,
     subscription_of,
 )
@@ -88,6 +89,16 @@ def test_the_subscription_is_the_configs_else_the_environments_else_a_clear_line
     with pytest.raises(UsageError) as caught:
         subscription_of(_settings(), {})
     assert "provider.subscription_id" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_polling_interval_is_two_seconds_unless_the_environment_says() -> None:
+    assert poll_interval({}) == 2.0
+    assert poll_interval({"LAUNCHER_AZURE_POLL_S": " 0.25 "}) == 0.25
+    for bad in ("fast", "0", "-1", "61"):
+        with pytest.raises(UsageError) as caught:
+            poll_interval({"LAUNCHER_AZURE_POLL_S": bad})
+        text = str(caught.value)
+        assert "LAUNCHER_AZURE_POLL_S" in text and "unset it" in text and "\n" not in text
 
 
 def test_a_nodes_bodies_make_a_vm_that_takes_its_nic_disk_and_ip_with_it(

@@ -6,7 +6,8 @@ what runs on a node beyond Ray's defaults:
   that identity (ManagedIdentityCredential asks the VM's metadata service for its token),
   the subscription (`AZURE_SUBSCRIPTION_ID`, when the config names none the head would
   otherwise not know it), and the Resource Manager and token authority endpoints this
-  machine uses, when set (another cloud's, as for Azure's sovereign clouds). Never this
+  machine uses, when set (another cloud's, as for Azure's sovereign clouds), and its
+  polling interval (`LAUNCHER_AZURE_POLL_S`, clients.py). Never this
   machine's own secrets: the head acts as its identity, not as the user;
 - a spot worker runs the watcher of Azure's Scheduled Events `Preempt` notice beside its
   Ray (launcher/providers/notice_watch.py `--cloud azure`), as AWS's spot workers run
@@ -22,6 +23,7 @@ from launcher.config.model import ClusterConfig
 from launcher.providers.azure.clients import (
     AUTHORITY_VARIABLE,
     ENDPOINT_VARIABLE,
+    POLL_VARIABLE,
     SUBSCRIPTION_VARIABLE,
 )
 from launcher.providers.azure.model import AzureProviderConfig, is_spot
@@ -32,7 +34,7 @@ from launcher.providers.ssh_access import SshNodeAccess
 # The variable ManagedIdentityCredential reads to pick a user-assigned identity.
 CLIENT_ID_VARIABLE = "AZURE_CLIENT_ID"
 # This machine's variables the head gets as they are, when set.
-PASSED_VARIABLES = (ENDPOINT_VARIABLE, AUTHORITY_VARIABLE)
+PASSED_VARIABLES = (ENDPOINT_VARIABLE, AUTHORITY_VARIABLE, POLL_VARIABLE)
 
 
 class AzureAccess(SshNodeAccess):

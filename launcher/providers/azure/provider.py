@@ -39,6 +39,7 @@ from launcher.providers.azure.clients import (
     get_or_none,
     make_clients,
     not_found,
+    poll_interval,
 )
 from launcher.providers.azure.identity import HeadIdentity, ensure_identity, remove_identity
 from launcher.providers.azure.model import AzureProviderConfig, node_zones, own_subnet
@@ -80,9 +81,6 @@ CAPACITY_CODES = frozenset(
 )
 QUOTA_CODES = frozenset({"OperationNotAllowed", "QuotaExceeded"})
 LAUNCH_THREADS = 16
-# Seconds between polls of a long-running operation that sends no Retry-After (the SDK's
-# default, 30 s, would add up to half a minute to each step of a launch).
-POLL_S = 2.0
 
 
 class AzureProvider(NodeProvider):
@@ -114,7 +112,7 @@ class AzureProvider(NodeProvider):
     def clients(self) -> AzureClients:
         with self._lock:
             if self._clients is None:
-                self._clients = make_clients(self.settings, polling_interval=POLL_S)
+                self._clients = make_clients(self.settings, polling_interval=poll_interval())
             return self._clients
 
     def zones(self, node_type: NodeType) -> tuple[str, ...]:

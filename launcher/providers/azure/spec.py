@@ -389,10 +389,7 @@ def _default_warning(raw: Mapping[str, Any], key: str, default: str) -> list[Pro
 class AzureSpec(ProviderSpec):
     type = "azure"
     title = "azure"
-    # No NodeProvider yet (issue 28 is under way): `validate` and `plan` read Ray's Azure
-    # files; `up` and the other verbs refuse in one line (launcher/providers/factory.py).
-    # It becomes "launcher.providers.azure.provider:AzureProvider" with its contract test.
-    implementation = ""
+    implementation = "launcher.providers.azure.provider:AzureProvider"
     install_extra = "azure"
     sdk_module = "azure.mgmt.compute"
     price_file = "prices.json"

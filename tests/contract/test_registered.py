@@ -1,12 +1,14 @@
 """Every provider type in the registry that can run clusters (its spec names an
 implementation) has its contract test: a class of this folder built on
 launcher.testing.contract.ProviderContract naming it. A type registered for `validate` and
-`plan` only has no seam to test yet, and `up` refuses it in one line."""
+`plan` only (none is, now) has no seam to test yet, and `up` refuses it in one line."""
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
+
+import pytest
 
 from launcher.providers.registry import SPECS
 from launcher.testing.contract import ProviderContract
@@ -24,21 +26,26 @@ def test_every_registered_provider_type_has_a_contract_class() -> None:
     assert not missing, f"provider types without a contract class here: {sorted(missing)}"
 
 
-def test_azure_without_its_provider_yet_is_refused_in_one_line() -> None:
-    """Azure validates and plans; until its NodeProvider lands, `up` refuses it plainly."""
+def test_a_type_registered_without_an_implementation_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A type registered for `validate` and `plan` only (as azure was before its provider
+    landed): `up` and the other verbs refuse it plainly, naming the types that run."""
     from launcher.config.loader import parse_config
     from launcher.errors import UsageError
-    from launcher.providers.factory import make_provider
+    from launcher.providers import factory
+    from launcher.providers.azure.spec import AzureSpec
 
-    if SPECS["azure"].implementation:
-        return  # it runs clusters now: its contract class is required above
+    class PlanOnly(AzureSpec):
+        implementation = ""
+
+    monkeypatch.setattr(factory, "SPECS", {**SPECS, "azure": PlanOnly()})
     config = parse_config(
         "cluster_name: c\nprovider: {type: azure, location: westus2, resource_group: rg}\n",
         "inline",
     )
-    try:
-        make_provider(config)
-    except UsageError as exc:
-        assert "cannot run clusters yet" in str(exc) and "\n" not in str(exc)
-    else:
-        raise AssertionError("make_provider did not refuse azure")
+    with pytest.raises(UsageError) as refused:
+        factory.make_provider(config)
+    text = str(refused.value)
+    assert "cannot run clusters yet" in text and "\n" not in text
+    assert "`gcp`" in text and "`azure`" not in text

@@ -150,16 +150,21 @@ def _node(node_id: str, kind: NodeKind, node_type: str) -> Node:
 
 
 def test_ray_logs_are_under_the_temp_dir_the_start_commands_give() -> None:
-    config = _config()  # the localhost defaults: --temp-dir=$LAUNCHER_TEMP_DIR on the head
+    config = _config()  # the localhost defaults: the cluster's temp dir, a worker's own
     head, worker = _node("h", NodeKind.HEAD, "head"), _node("w", NodeKind.WORKER, "worker")
     assert ray_logs_path(config, head) == '"$LAUNCHER_TEMP_DIR"/session_latest/logs'
-    # A worker without --temp-dir uses the head's, as Ray's workers do.
-    assert ray_logs_path(config, worker) == '"$LAUNCHER_TEMP_DIR"/session_latest/logs'
+    assert ray_logs_path(config, worker) == '"$LAUNCHER_NODE_TEMP_DIR"/session_latest/logs'
     own = _config(
         "head_start_ray_commands: [ray start --head]\n"
         "worker_start_ray_commands: ['ray start --address=x:1 --temp-dir /data/ray']\n"
     )
     assert ray_logs_path(own, worker) == "/data/ray/session_latest/logs"
+    # A worker without --temp-dir uses the head's, as Ray's workers do.
+    shared = _config(
+        "head_start_ray_commands: ['ray start --head --temp-dir /data/ray']\n"
+        "worker_start_ray_commands: ['ray start --address=x:1']\n"
+    )
+    assert ray_logs_path(shared, worker) == "/data/ray/session_latest/logs"
     assert ray_logs_path(own, head) == '"${RAY_TMPDIR:-${TMPDIR:-/tmp}}"/ray/session_latest/logs'
 
 
@@ -275,10 +280,12 @@ class DropsAfterListing(Unreachable):
 def nodes_here(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[ClusterConfig, LocalhostProvider, list[Node]]]:
-    """A localhost cluster's node records (a head, three workers) with made-up logs where
-    each would have them, and no Ray."""
+    """A localhost cluster's node records (a head, three workers whose start commands give
+    no temp dir, so that they share the head's) with made-up logs where each would have
+    them, and no Ray."""
     monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "launcher-home"))
-    config = parse_config(cluster_config(f"dump{tmp_path.name[-12:]}"), "inline")
+    shared = "worker_start_ray_commands: ['ray start --address=$RAY_HEAD_IP:$LAUNCHER_RAY_PORT']\n"
+    config = parse_config(cluster_config(f"dump{tmp_path.name[-12:]}", extra=shared), "inline")
     provider = LocalhostProvider(config)
     head = provider.create_nodes(config.node_types["head"], NodeKind.HEAD, 1, {})[0]
     workers = provider.create_nodes(config.node_types["worker"], NodeKind.WORKER, 3, {})
@@ -431,16 +438,14 @@ def test_dump_of_a_real_cluster_holds_every_nodes_logs(
         assert b"setup-count" in files[f"setup/{node['id']}.log"]
     assert b"autoscaler for cluster" in files["autoscaler/monitor.log"]
     assert "autoscaler/autoscaler-state.json" in files
-    # Every node of a localhost cluster writes into one Ray temp dir: gathered once,
-    # under the head, with each node's raylet log (Ray numbers them) and the GCS's.
-    ray = f"ray/{head['id']}/"
-    assert files[ray + "gcs_server.out"]
-    raylets = [v.decode() for k, v in files.items() if k.startswith(ray + "raylet")]
+    # Each node's Ray logs under its own name: the head's (with the GCS's) from the
+    # cluster's Ray temp dir, each worker's from its own; each with its raylet's log.
+    assert files[f"ray/{head['id']}/gcs_server.out"]
     for node in nodes:
+        raylets = [v.decode() for k, v in files.items() if k.startswith(f"ray/{node['id']}/raylet")]
         assert any(f"node_manager address: {node['ip']}:" in log for log in raylets), node
     parts = json.loads(files["manifest.json"])["parts"]
-    worker = next(n for n in nodes if n["kind"] == "worker")
-    assert next(p for p in parts if p["node_id"] == worker["id"])["shared_with"] == ray.rstrip("/")
+    assert not [p for p in parts if p.get("shared_with")]
     assert "Not gathered" not in files["MANIFEST.txt"].decode()
 
     down = run("down", "-y", str(path))

@@ -17,7 +17,7 @@ from launcher.autoscaler.spec import LOG_FILE, STATE_FILE
 from launcher.config.model import ClusterConfig
 from launcher.errors import UsageError
 from launcher.providers.base import Node, NodeKind
-from launcher.runners.ray_node import option_values
+from launcher.runners.ray_node import node_temp_dir_option
 
 DEFAULT_MAX_BYTES = 200 * 2**20
 # Below this a file's share is not worth reading: files are left out instead.
@@ -66,28 +66,15 @@ def shell_path(value: str) -> str:
     return f'"$HOME"{word}' if home else word
 
 
-def _temp_dir_option(commands: Sequence[str]) -> str | None:
-    found = None
-    for command in commands:
-        try:
-            words = shlex.split(command, comments=True)
-        except ValueError:
-            continue
-        values = option_values(words, "--temp-dir")
-        if values:
-            found = values[-1]
-    return found
-
-
 def ray_logs_path(config: ClusterConfig, node: Node) -> str:
     """Shell word for the directory of Ray's logs on `node`: `session_latest/logs` under
     the temp dir its start commands give Ray (`--temp-dir`); a worker without one uses the
     head's (Ray's workers take the head's temp dir), else Ray's default."""
-    head = node.kind is NodeKind.HEAD
-    own = config.head_start_ray_commands if head else config.worker_start_ray_commands
-    temp = _temp_dir_option(own)
-    if temp is None and not head:
-        temp = _temp_dir_option(config.head_start_ray_commands)
+    temp = node_temp_dir_option(
+        config.head_start_ray_commands,
+        config.worker_start_ray_commands,
+        head=node.kind is NodeKind.HEAD,
+    )
     word = shell_path(temp.rstrip("/") or "/") if temp else DEFAULT_RAY_TEMP
     return f"{word}/{SESSION_LOGS}"
 

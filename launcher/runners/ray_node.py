@@ -90,6 +90,33 @@ def option_values(words: Sequence[str], name: str) -> list[str]:
     return values
 
 
+def temp_dir_option(commands: Sequence[str]) -> str | None:
+    """The `--temp-dir` the last of `commands` to give one gives Ray, as written (variables
+    unexpanded), else None."""
+    found = None
+    for command in commands:
+        try:
+            words = shlex.split(command, comments=True)
+        except ValueError:
+            continue
+        values = option_values(words, "--temp-dir")
+        if values:
+            found = values[-1]
+    return found
+
+
+def node_temp_dir_option(
+    head_commands: Sequence[str], worker_commands: Sequence[str], head: bool
+) -> str | None:
+    """The `--temp-dir` a node's Ray takes, as its start commands write it: its own start
+    commands' one, else, for a worker, the head's (Ray's workers take the head's temp dir);
+    None: Ray's default."""
+    own = temp_dir_option(head_commands if head else worker_commands)
+    if own is None and not head:
+        return temp_dir_option(head_commands)
+    return own
+
+
 def gcs_port(head_commands: Sequence[str]) -> int:
     """The port the head's `ray start --head` gives Ray's GCS (`--port N`), else Ray's
     default, 6379."""

@@ -6,6 +6,7 @@ machine), and one `ray start` runs at a time on the machine."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import socket
 import sys
@@ -23,11 +24,17 @@ from launcher.providers.localhost.node_files import (
     read_json,
 )
 from launcher.providers.localhost.processes import kill_processes, stop_processes
-from launcher.providers.localhost.spec import process_key, ray_temp_dir, state_dir
-from launcher.providers.nodes import Node
+from launcher.providers.localhost.spec import (
+    node_temp_dir,
+    process_key,
+    ray_temp_dir,
+    state_dir,
+)
+from launcher.providers.nodes import Node, NodeKind
 from launcher.runners.base import CommandRunner
 from launcher.runners.forward import PortOpener
 from launcher.runners.local import LocalProcessRunner
+from launcher.runners.ray_node import node_temp_dir_option
 
 DEFAULT_OBJECT_STORE_BYTES = 256 * 2**20
 
@@ -70,6 +77,7 @@ class LocalhostAccess(NodeAccess):
             LAUNCHER_DASHBOARD_PORT=str(head_ports.get("dashboard", "")),
             LAUNCHER_AGENT_PORT=str(data.get("ports", {}).get("agent", "")),
             LAUNCHER_TEMP_DIR=ray_temp_dir(self.cluster_name),
+            LAUNCHER_NODE_TEMP_DIR=node_temp_dir(self.cluster_name, node.id),
             LAUNCHER_HOME=str(launcher_home()),
             LAUNCHER_CLUSTER_KEY=self.cluster_key,
             RAY_USAGE_STATS_ENABLED="0",
@@ -86,7 +94,31 @@ class LocalhostAccess(NodeAccess):
         return resources
 
     def ray_start_guard(self, node: Node) -> contextlib.AbstractContextManager[None]:
-        return machine_lock("localhost-ray-start.lock")
+        """Ray names a node's sockets and log files by counting those already in its session
+        directory, so two `ray start`s into one Ray temp dir race for the same names (and
+        one times out). A node with a temp dir of its own (each worker, with the defaults)
+        starts beside the others; the rest start one at a time per temp dir, machine-wide
+        (Ray's default temp dir, where the start commands name none, is the machine's)."""
+        word = node_temp_dir_option(
+            self.config.head_start_ray_commands,
+            self.config.worker_start_ray_commands,
+            head=node.kind is NodeKind.HEAD,
+        )
+        if word is not None and "LAUNCHER_NODE_TEMP_DIR" in word:
+            return contextlib.nullcontext()
+        digest = hashlib.sha256(self._temp_dir_of(word).encode()).hexdigest()[:16]
+        return machine_lock(f"ray-start-{digest}.lock")
+
+    def _temp_dir_of(self, word: str | None) -> str:
+        """The directory a start command's `--temp-dir` word names here (Ray's default when
+        None), its variables expanded as the node's shell would, where known."""
+        if word is None:
+            base = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+            return os.path.join(base, "ray")
+        cluster_dir = ray_temp_dir(self.cluster_name)
+        for form in ("${LAUNCHER_TEMP_DIR}", "$LAUNCHER_TEMP_DIR"):
+            word = word.replace(form, cluster_dir)
+        return os.path.normpath(os.path.expanduser(os.path.expandvars(word)))
 
     def stop_node_ray(self, node: Node, runner: CommandRunner, force: bool = False) -> str | None:
         # Not `ray stop`: it would stop every Ray node on this machine.

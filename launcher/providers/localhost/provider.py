@@ -56,7 +56,12 @@ from launcher.providers.localhost.processes import (
     snapshot,
     stop_processes,
 )
-from launcher.providers.localhost.spec import process_key, ray_temp_dir, state_dir
+from launcher.providers.localhost.spec import (
+    node_temp_dir,
+    process_key,
+    ray_temp_dir,
+    state_dir,
+)
 
 _FIRST_HOST = 2  # 127.0.0.1 is rewritten by Ray to the machine's own address: avoid it
 _LAST_HOST = 254
@@ -166,6 +171,7 @@ class LocalhostProvider(NodeProvider):
             self._stop(node_id)
             release(self.nodes_dir / node_id / "node.json")
             shutil.rmtree(self.nodes_dir / node_id, ignore_errors=True)
+            shutil.rmtree(node_temp_dir(self.cluster_name, node_id), ignore_errors=True)
         if problems:
             raise ProviderError("could not remove the container of " + "; ".join(problems))
 

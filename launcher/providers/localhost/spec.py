@@ -43,6 +43,13 @@ def ray_temp_dir(cluster_name: str) -> str:
     return f"/tmp/launcher-{os.getuid()}-{digest}"
 
 
+def node_temp_dir(cluster_name: str, node_id: str) -> str:
+    """A worker's own Ray temp dir (LAUNCHER_NODE_TEMP_DIR), inside the cluster's: Ray names
+    a node's sockets and logs by counting those already in its session directory, so
+    workers that share one cannot start side by side."""
+    return f"{ray_temp_dir(cluster_name)}/{node_id}"
+
+
 _START_KEYS = ("head_start_ray_commands", "worker_start_ray_commands")
 _COMMAND_KEYS = (
     "initialization_commands",

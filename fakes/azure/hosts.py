@@ -5,6 +5,7 @@ on the VM's public IPs (from the fake's loopback pool)."""
 from __future__ import annotations
 
 import ipaddress
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from fakes.hosts.ssh import IsolatedHost
 
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+CA_INSIDE = "/root/.azure-fake-ca.pem"  # where a host finds the fake's CA
 
 
 class AzureHosts(InstanceHostWatcher["VmView"]):
@@ -28,6 +30,10 @@ class AzureHosts(InstanceHostWatcher["VmView"]):
     While this watches it, the server holds VMs as the GCE fake holds instances: a VM is
     PowerState/running (and its create or start operation Succeeded) only once its host is
     up, and stopped / deallocated / deleted only once its host is down.
+
+    `sessions`: "full" (default) gives sessions `server.host_env(vm)`, below; "machine"
+    only `server.machine_env(vm)` (the VM's IMDS and the CA), as a real VM has, so what
+    else a session needs must come from the launcher.
 
     A host lets root in with the VM's osProfile.linuxConfiguration.ssh.publicKeys (whatever
     adminUsername says) plus `extra_keys`, re-read on every pass. Sessions get
@@ -46,9 +52,13 @@ class AzureHosts(InstanceHostWatcher["VmView"]):
         boot_delay: float = 0.0,
         poll: float = 0.1,
         on_boot: Callable[[IsolatedHost], None] | None = None,
+        sessions: str = "full",
     ) -> None:
         super().__init__(extra_keys, boot_delay, poll, on_boot)
+        if sessions not in ("full", "machine"):
+            raise ValueError(f"sessions: 'full' or 'machine', not {sessions!r}")
         self.server = server
+        self.sessions = sessions
 
     def start(self) -> None:
         with self.server.cond:
@@ -94,7 +104,14 @@ class AzureHosts(InstanceHostWatcher["VmView"]):
         assert view.private_ip is not None
         host = IsolatedHost(view.private_ip, self._keys(view))
         host.extra_ips = [ip for ip in view.public_ips if ipaddress.ip_address(ip) in LOOPBACK]
-        env = self.server.host_env(view.vm_id)
+        if self.sessions == "machine":
+            env = self.server.machine_env(view.vm_id)
+        else:
+            env = self.server.host_env(view.vm_id)
+        # The fake's CA, as an image's trusted CAs, inside the host (whose /tmp, where the
+        # server keeps it, is its own).
+        shutil.copyfile(self.server.ca_bundle, host.path(CA_INSIDE))
+        env["REQUESTS_CA_BUNDLE"] = env["SSL_CERT_FILE"] = CA_INSIDE
         host.sshd_options.append("SetEnv " + " ".join(f"{k}={v}" for k, v in env.items()))
         return host
 

@@ -276,23 +276,37 @@ class AzureServer:
             "NO_PROXY": "127.0.0.0/8,localhost",
         }
 
+    def machine_env(self, vm: str) -> dict[str, str]:
+        """What a session on VM `vm` (its name or vmId) has from the machine alone, as on a
+        real Azure VM: where its IMDS is (the stand-in for 169.254.169.254) and the CA that
+        signs the fake's certificates (the stand-in for the image's public CAs). Nothing
+        says which subscription, cloud or identity to use: that is the launcher's to give."""
+        with self.cond:
+            res = self.compute.find_vm(vm)
+            if res is None:
+                raise KeyError(f"no VM {vm}")
+            return {
+                "AZURE_POD_IDENTITY_AUTHORITY_HOST": f"{self.imds_url}/vm/{res.props['vmId']}",
+                "REQUESTS_CA_BUNDLE": str(self.ca_bundle),
+                "SSL_CERT_FILE": str(self.ca_bundle),
+                "NO_PROXY": "127.0.0.0/8,localhost",
+            }
+
     def host_env(self, vm: str) -> dict[str, str]:
-        """The environment of a session on VM `vm` (its name or vmId): its own IMDS (so
-        ManagedIdentityCredential gets its user-assigned identity's token there), ARM,
-        Entra and the CA; AZURE_CLIENT_ID of its first user-assigned identity."""
+        """The environment of a session on VM `vm` (its name or vmId): `machine_env` (its
+        own IMDS, so ManagedIdentityCredential gets its user-assigned identity's token
+        there, and the CA), ARM, Entra and the subscription; AZURE_CLIENT_ID of its first
+        user-assigned identity."""
         with self.cond:
             res = self.compute.find_vm(vm)
             if res is None:
                 raise KeyError(f"no VM {vm}")
             out = {
-                "AZURE_POD_IDENTITY_AUTHORITY_HOST": f"{self.imds_url}/vm/{res.props['vmId']}",
+                **self.machine_env(vm),
                 "AZURE_AUTHORITY_HOST": self.url,
                 "AZURE_RESOURCE_MANAGER_ENDPOINT": self.url,
                 "AZURE_SUBSCRIPTION_ID": self.subscription,
                 "AZURE_TENANT_ID": self.tenant,
-                "REQUESTS_CA_BUNDLE": str(self.ca_bundle),
-                "SSL_CERT_FILE": str(self.ca_bundle),
-                "NO_PROXY": "127.0.0.0/8,localhost",
             }
             client = self.compute.identity_client_id(res)
             if client:

@@ -1,0 +1,136 @@
+"""An Azure cluster end to end: the launcher CLI against the Azure wire fake
+(fakes/azure/server.py), where each running VM is a real SSH host at its NIC's loopback
+address running real Ray (fakes/azure/hosts.py). The VMs' sessions have only what a real
+VM has (its metadata service, trusted CAs): the subscription, the endpoints and the head's
+identity come from the launcher, and the autoscaler on the head launches the spot worker
+as that identity. One cluster for the module; `down --purge` leaves the resource group
+empty.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fakes.azure.hosts import AzureHosts
+from fakes.azure.server import AzureServer
+from fakes.hosts.ssh import COUNT_NODES, isolation_unavailable, ray_start_commands
+from tests.cluster_helpers import run, wait_for
+
+pytestmark = pytest.mark.skipif(
+    isolation_unavailable() is not None, reason=str(isolation_unavailable())
+)
+
+NAME = "azure-e2e"
+GROUP = "rg-azure-e2e"
+IMAGE = "imagePublisher: microsoft-dsvm, imageOffer: ubuntu-2204, imageSku: 2204-gen2"
+CONFIG = f"""
+cluster_name: {NAME}
+max_workers: 1
+idle_timeout_minutes: 5
+provider:
+  type: azure
+  location: eastus
+  resource_group: {GROUP}
+  availability_zone: "1,2"
+  use_internal_ips: true
+  subnet_mask: 127.19.0.0/16
+  allow_ssh_from: [127.0.0.0/8]
+auth:
+  ssh_user: root
+available_node_types:
+  head:
+    node_config: {{azure_arm_parameters: {{vmSize: Standard_D2s_v3, {IMAGE}}}}}
+    resources: {{CPU: 1}}
+    max_workers: 0
+  spot:
+    node_config:
+      azure_arm_parameters: {{vmSize: Standard_D2s_v3, {IMAGE}, priority: Spot}}
+    resources: {{CPU: 1}}
+    min_workers: 1
+    max_workers: 1
+head_node_type: head
+setup_commands:
+  - echo "setup on $LAUNCHER_NODE_IP" >> ~/setup.log
+""" + ray_start_commands(num_cpus=1)
+
+
+@dataclass
+class AzureCluster:
+    server: AzureServer
+    hosts: AzureHosts
+    path: Path
+    env: dict[str, str]
+
+    def cli(self, verb: str, *args: str, timeout: float = 400) -> tuple[int, str]:
+        """`launcher VERB [-y] CLUSTER.yaml ARGS...`."""
+        flags = ("-y",) if verb in ("up", "down") else ()
+        result = run(verb, *flags, str(self.path), *args, env=self.env, timeout=timeout)
+        return result.returncode, result.stdout + result.stderr
+
+    def vms(self) -> dict[str, str]:
+        """The cluster's VMs: name -> node kind."""
+        return {
+            v.name: v.tags.get("launcher-node-kind", "")
+            for v in self.server.clients().compute.virtual_machines.list(GROUP)
+            if (v.tags or {}).get("launcher-cluster") == NAME
+        }
+
+
+@pytest.fixture(scope="module")
+def azure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureCluster]:
+    tmp = tmp_path_factory.mktemp("azure")
+    with (
+        AzureServer(retry_after=0, lro_s=0.05) as server,
+        AzureHosts(server, sessions="machine") as hosts,
+    ):
+        path = tmp / "cluster.yaml"
+        path.write_text(CONFIG)
+        env = {
+            **os.environ,
+            **server.env(),
+            "LAUNCHER_HOME": str(tmp / "home"),
+            "LAUNCHER_AZURE_POLL_S": "0.1",
+        }
+        cluster = AzureCluster(server, hosts, path, env)
+        yield cluster
+        cluster.cli("down", "--purge")
+        hosts.check()
+
+
+def test_up_runs_ray_on_azure_vms_and_the_head_acts_as_its_identity(azure: AzureCluster) -> None:
+    code, out = azure.cli("up")
+    assert code == 0, out
+    assert "created managed identity" in out and "launcher installed on the head" in out
+    kinds = azure.vms()
+    (head,) = [name for name, kind in kinds.items() if kind == "head"]
+    (spot,) = [name for name, kind in kinds.items() if kind == "worker"]
+    code, out = azure.cli("exec", COUNT_NODES)
+    assert code == 0 and "alive 2" in out, out
+    head_host, spot_host = azure.hosts.host(head), azure.hosts.host(spot)
+    assert head_host is not None and spot_host is not None
+    assert head_host.path("~/setup.log").read_text().startswith("setup on 127.19.")
+    # The spot worker was made by the head's autoscaler, with the head identity's token.
+    creates = [c.call for c in azure.server.calls("virtualMachines.create") if c.call.name == spot]
+    assert creates and all(c.origin == head for c in creates), [c.origin for c in creates]
+    # ... and it watches Azure's Scheduled Events for its eviction notice.
+    wait_for(
+        lambda: spot_host.path("~/.launcher-notice-watch.pid").is_file(),
+        30,
+        "the spot worker's notice watcher",
+    )
+
+
+def test_down_purge_leaves_nothing_in_the_resource_group(azure: AzureCluster) -> None:
+    code, out = azure.cli("down", "--purge")
+    assert code == 0, out
+    assert "managed identity" in out
+    clients = azure.server.clients()
+    left = [f"{r.type} {r.name}" for r in clients.resource.resources.list_by_resource_group(GROUP)]
+    assert left == []
+    scope = f"/subscriptions/{azure.server.subscription}/resourceGroups/{GROUP}"
+    assert list(clients.authorization.role_assignments.list_for_scope(scope)) == []

@@ -180,14 +180,17 @@ def test_a_run_survives_its_head_pod_deleted_keeping_its_worker_pod(
     assert recovery["lost_head"] == old_head
     assert recovery["new_head"] and recovery["new_head"] != old_head
     assert recovery["kept_workers"] == workers  # the same pod, rejoined
-    # Its Ray was started again by the new head's autoscaler (the head pod's account),
-    # through the exec API.
+    # Its Ray was started again through the exec API by the run's supervisor (with this
+    # machine's credentials), as soon as the new head's Ray was up: the new head's
+    # autoscaler (the head pod's account) left it to the supervisor.
     execs = [
         c.call
         for c in cluster.server.calls(resource="pods", since=before_kill)
         if c.call.subresource == "exec" and c.call.name == workers[0]
     ]
-    assert any((c.user or "").startswith(f"system:serviceaccount:{NAMESPACE}:") for c in execs)
+    account = f"system:serviceaccount:{NAMESPACE}:"
+    assert any(c.user and not c.user.startswith(account) for c in execs), execs
+    assert not [c for c in execs if (c.user or "").startswith(account)], execs
     # Three pods made in all: the first head, its worker, the new head; none for the worker.
     created = cluster.server.calls(verb="create", resource="pods")
     assert len([c for c in created if not c.call.subresource]) == 3

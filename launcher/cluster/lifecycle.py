@@ -57,6 +57,9 @@ class UpOptions:
     workers_timeout_s: float = 600.0
     ready_timeout_s: float = 300.0  # how long to wait for a node to accept commands
     head_type: str | None = None  # the type of a head that must be made (else the config's)
+    # Called with the head once its Ray is up, before its autoscaler is installed or started
+    # (a run's recovery starts its kept workers' Ray against the new head from here).
+    on_head_ready: Callable[[Node], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,8 @@ def up(
         ).run()
         # A head the updater left alone is as listed: its record is not read again.
         session = connect(config, provider, head if steps.nothing else None)
+        if options.on_head_ready is not None:
+            options.on_head_ready(session.head)
         spec = AutoscalerSpec(text, path, overrides)
         python = shlex.quote(provider.access.head_python())
         if provider.traits.installs_launcher_on_head:

@@ -40,6 +40,7 @@ from launcher.providers.nodes import (
     TAG_CLUSTER,
     TAG_KIND,
     TAG_LAUNCH_ID,
+    TAG_REJOIN_BY,
     TAG_SETUP_HASH,
     TAG_STANDS_IN_FOR,
     TAG_START_HASH,
@@ -57,6 +58,7 @@ __all__ = [
     "TAG_CLUSTER",
     "TAG_KIND",
     "TAG_LAUNCH_ID",
+    "TAG_REJOIN_BY",
     "TAG_SETUP_HASH",
     "TAG_STANDS_IN_FOR",
     "TAG_START_HASH",
@@ -102,6 +104,12 @@ class ProviderTraits:
     # Whether the nodes are reached over SSH with the config's `auth` (so commands that
     # reach them from the user's machine need `auth.ssh_private_key` there).
     logs_in_over_ssh: bool = False
+    # Whether a worker set up from the user's machine is told the head's address as the
+    # workers reach it (`access.node_env`'s RAY_HEAD_IP): false where a listing from outside
+    # gives public addresses and the workers reach the head at its private one. A run's
+    # supervisor then starts the Ray of workers kept across a lost head itself, at once,
+    # instead of leaving them to the new head's autoscaler.
+    node_env_has_cluster_head_ip: bool = False
 
 
 @dataclass(frozen=True)

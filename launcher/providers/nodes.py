@@ -16,6 +16,9 @@ TAG_START_HASH = "launcher-start-hash"
 TAG_LAUNCH_ID = "launcher-launch-id"
 TAG_STANDS_IN_FOR = "launcher-stands-in-for"  # launched for this type's min_workers
 TAG_AUTOSTOPPED = "launcher-autostopped"  # the time the head's autostop stopped the cluster
+# A worker kept across its head's loss: until this time (whole epoch seconds) the run's
+# supervisor starts its Ray against the new head, and the autoscaler leaves it alone.
+TAG_REJOIN_BY = "launcher-rejoin-by"
 
 
 class NodeKind(StrEnum):
@@ -65,6 +68,14 @@ class Node:
             return NodeStatus(self.tags.get(TAG_STATUS, NodeStatus.UNINITIALIZED))
         except ValueError:
             return NodeStatus.UNINITIALIZED
+
+    @property
+    def rejoin_by(self) -> float:
+        """Until when a run's supervisor starts this kept worker's Ray (0: nobody does)."""
+        try:
+            return float(self.tags.get(TAG_REJOIN_BY) or 0)
+        except ValueError:
+            return 0.0
 
 
 def head_of(nodes: Sequence[Node]) -> Node | None:

@@ -2,18 +2,20 @@
 
 1. The lost head goes for good (terminated through the provider: a machine that no longer
    answers may still run an autoscaler, which must not act beside the new head's).
-2. Every worker still running is marked to be set up again (status uninitialized): its
-   machine, files and setup stay (their hashes are on it), and the new head's autoscaler,
-   which sets up what is so marked, only starts its Ray again, against the new head. No new
-   machine is bought for it. Its old Ray is killed at once, all of them side by side: with
-   its GCS gone it has nothing to drain, and a raylet left alone only gives up after a
-   minute (or, stopped gracefully by the autoscaler, after its grace, one node at a time).
-   Workers taken back (preempted) are left to that autoscaler, which replaces them as it
-   replaces any.
+2. Every worker still running is kept: its machine, files and setup stay (their hashes
+   are on it); no new machine is bought for it. Its old Ray is killed at once, all of them
+   side by side: with its GCS gone it has nothing to drain, and a raylet left alone only
+   gives up after a minute. Each is then marked to be set up again (status uninitialized);
+   those this machine reached are also marked as this supervisor's to restart until
+   `TAG_REJOIN_BY`, which the new head's autoscaler leaves alone until then (the others,
+   and any this supervisor leaves halfway, it sets up as new ones). Workers taken back
+   (preempted) are left to that autoscaler, which replaces them as it replaces any.
 3. A new head is brought up as `launcher up` does (the same steps, the same autoscaler),
-   of the type `decide.new_head_type` chose. The driver can start on it at once: the kept
-   workers rejoin while it starts (as after `ray up`, whose workers join after the head),
-   and `rejoining` tells the supervisor when they have.
+   of the type `decide.new_head_type` chose. As soon as its Ray is up, before its
+   autoscaler is installed and started, the kept workers' Ray is started against it, all
+   side by side (only Ray: `UpdateOptions.ray_only`). The driver can start on it at once:
+   the kept workers rejoin while it starts (as after `ray up`, whose workers join after the
+   head), and `rejoining` tells the supervisor when they have.
 
 Each step is idempotent, with the provider's listing as the truth: a supervisor killed
 halfway and started again does the steps again and finds the done ones done (a new head
@@ -22,9 +24,12 @@ it made before is the head `up` finds).
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from pathlib import Path
 
 from launcher.cluster import lifecycle
 from launcher.cluster.lock import ClusterLock
@@ -34,6 +39,7 @@ from launcher.errors import LauncherError
 from launcher.events import Event, EventSink, Message, NodeProgress
 from launcher.paths import node_log
 from launcher.providers.base import (
+    TAG_REJOIN_BY,
     TAG_STATUS,
     Node,
     NodeKind,
@@ -43,9 +49,12 @@ from launcher.providers.base import (
     wait_unlisted,
 )
 from launcher.updater.runner import node_runner
+from launcher.updater.updater import NodeUpdater, UpdateOptions
 
 OLD_HEAD_GONE_S = 300.0
 KILL_WAIT_S = 15.0  # how long the kept workers' old Ray may take to be killed
+REJOIN_S = 600.0  # how long a kept worker is the supervisor's to restart (TAG_REJOIN_BY)
+REJOIN_MARGIN_S = 60.0  # no restart is begun with less than this left of it
 
 PhaseSink = Callable[[str], None]
 
@@ -86,17 +95,24 @@ def retire_head(
             # A new head made by an earlier try: the workers were marked then, and its
             # autoscaler may have started their Ray against it already.
             return tuple(n.id for n in kept)
-        for node in kept:
-            if node.status is not NodeStatus.UNINITIALIZED:
-                provider.set_tags(node.id, {TAG_STATUS: NodeStatus.UNINITIALIZED})
         # Before any new head exists (so before its autoscaler can start their new Ray).
+        unreached = set()
         for node_id, problem in kill_orphaned_ray(config, provider, kept):
+            unreached.add(node_id)
             events(
                 Message(
                     f"{node_id}: could not kill its old Ray ({problem}); the new head's "
                     "autoscaler stops it before starting Ray there",
                     "warning",
                 )
+            )
+        rejoin_by = str(int(time.time() + REJOIN_S))
+        here = provider.traits.node_env_has_cluster_head_ip
+        for node in kept:
+            mine = here and node.id not in unreached
+            provider.set_tags(
+                node.id,
+                {TAG_STATUS: NodeStatus.UNINITIALIZED, TAG_REJOIN_BY: rejoin_by if mine else ""},
             )
         return tuple(n.id for n in kept)
 
@@ -105,7 +121,7 @@ def kill_orphaned_ray(
     config: ClusterConfig,
     provider: NodeProvider,
     workers: Sequence[Node],
-    wait_s: float = KILL_WAIT_S,
+    wait_s: float | None = None,
 ) -> list[tuple[str, str]]:
     """Kill the Ray of `workers` (whose head is gone) at once, side by side, waiting at most
     `wait_s` (a worker this machine cannot reach must not hold the recovery up: the new
@@ -113,6 +129,7 @@ def kill_orphaned_ray(
     problem) for those where some of it is left or that were not reached in time."""
     if not workers:
         return []
+    wait_s = KILL_WAIT_S if wait_s is None else wait_s
 
     def kill(node: Node) -> str | None:
         try:
@@ -148,6 +165,45 @@ def adoptable(nodes: Sequence[Node]) -> list[Node]:
     ]
 
 
+def restart_kept(
+    config: ClusterConfig, provider: NodeProvider, head: Node, events: EventSink
+) -> list[str]:
+    """Start the Ray of the kept workers that are this supervisor's (`TAG_REJOIN_BY`, with
+    time enough left) against `head`, side by side; each is marked up to date and no longer
+    the supervisor's once its Ray runs (one that fails is tagged failed, and replaced by the
+    autoscaler as any). Returns the ids of those whose Ray was started."""
+    now = time.time()
+    mine = [
+        n
+        for n in provider.nodes()
+        if n.kind is NodeKind.WORKER
+        and n.rejoin_by > now + REJOIN_MARGIN_S
+        and n.state is NodeState.RUNNING
+        and n.status not in (NodeStatus.UP_TO_DATE, NodeStatus.FAILED)
+    ]
+    lock = threading.Lock()
+
+    def said(event: Event) -> None:
+        with lock:
+            events(event)
+
+    def restart(node: Node) -> bool:
+        options = UpdateOptions(cwd=Path.cwd(), ray_only=True)
+        try:
+            NodeUpdater(provider, config, node, head, options, said).run()
+        except LauncherError as exc:
+            said(Message(f"{node.id}: could not start its Ray again: {exc}", "warning"))
+            return False
+        provider.set_tags(node.id, {TAG_REJOIN_BY: ""})
+        return True
+
+    if not mine:
+        return []
+    with ThreadPoolExecutor(max_workers=min(32, len(mine)), thread_name_prefix="rejoin") as pool:
+        started = list(pool.map(restart, mine))
+    return [n.id for n, ok in zip(mine, started, strict=True) if ok]
+
+
 def bring_up_head(
     path: str,
     overrides: Overrides,
@@ -155,8 +211,10 @@ def bring_up_head(
     events: EventSink,
     on_phase: PhaseSink,
     ready_timeout_s: float = 300.0,
+    on_head_ready: Callable[[Node], None] | None = None,
 ) -> Node:
-    """Step 3: `up`, with a head of `head_type` if a head must be made."""
+    """Step 3: `up`, with a head of `head_type` if a head must be made; `on_head_ready` is
+    called with it once its Ray is up, before its autoscaler is started."""
     seen_head = False
 
     def sink(event: Event) -> None:
@@ -170,7 +228,10 @@ def bring_up_head(
         events(event)
 
     options = lifecycle.UpOptions(
-        wait_for_workers=False, head_type=head_type, ready_timeout_s=ready_timeout_s
+        wait_for_workers=False,
+        head_type=head_type,
+        ready_timeout_s=ready_timeout_s,
+        on_head_ready=on_head_ready,
     )
     result = lifecycle.up(path, overrides, options, sink, lambda _: True)
     return result.head
@@ -215,5 +276,18 @@ def replace_head(
     on_phase("old_head_gone")
     if adopted:
         events(Message(f"keeping {len(adopted)} worker(s): {', '.join(adopted)}"))
-    head = bring_up_head(path, overrides, head_type, events, on_phase, ready_timeout_s)
+
+    def rejoin(head: Node) -> None:
+        # Beside the rest of `up` (the head's autoscaler) and the driver's start.
+        def run() -> None:
+            try:
+                restart_kept(config, provider, head, events)
+            except LauncherError as exc:
+                events(Message(f"the kept workers' Ray was not started: {exc}", "warning"))
+
+        threading.Thread(target=run, name="rejoin-kept", daemon=True).start()
+
+    head = bring_up_head(
+        path, overrides, head_type, events, on_phase, ready_timeout_s, on_head_ready=rejoin
+    )
     return Replaced(head, adopted)

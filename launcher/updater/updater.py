@@ -78,6 +78,7 @@ def decide_steps(
     restart_only: bool = False,
     no_restart: bool = False,
     sync_always: bool = False,
+    ray_only: bool = False,
 ) -> UpdateSteps:
     """What a node needs, from what was last applied to it (its tags). `sync_always`
     (file_mounts_sync_continuously): file mounts are copied even when nothing changed.
@@ -88,6 +89,8 @@ def decide_steps(
     container, which holds none of it, is set up again by the updater)."""
     setup_changed = tags.get(TAG_SETUP_HASH) != hashes.setup
     start_changed = tags.get(TAG_START_HASH) != hashes.start
+    if ray_only:
+        return UpdateSteps(sync_files=False, setup=False, start_ray=True)
     if restart_only:
         return UpdateSteps(sync_files=True, setup=False, start_ray=True)
     setup = setup_changed
@@ -100,6 +103,7 @@ class UpdateOptions:
     cwd: Path
     restart_only: bool = False
     no_restart: bool = False
+    ray_only: bool = False  # only start Ray (its setup hash, which is the node's, kept)
     ready_timeout_s: float = 300.0
     command_timeout_s: float | None = None  # None: the config's command_timeout_s
 
@@ -136,6 +140,7 @@ class NodeUpdater:
             restart_only=self.options.restart_only,
             no_restart=self.options.no_restart,
             sync_always=self.config.file_mounts_sync_continuously,
+            ray_only=self.options.ray_only,
         )
         if steps.nothing:
             self._emit("up to date (nothing to do)", done=True)
@@ -169,14 +174,10 @@ class NodeUpdater:
             failure = self._fail(str(exc))
             self._failed(failure)
             raise failure from exc
-        self.provider.set_tags(
-            self.node.id,
-            {
-                TAG_STATUS: NodeStatus.UP_TO_DATE,
-                TAG_SETUP_HASH: self.hashes.setup,
-                TAG_START_HASH: self.hashes.start,
-            },
-        )
+        done = {TAG_STATUS: NodeStatus.UP_TO_DATE, TAG_START_HASH: self.hashes.start}
+        if not self.options.ray_only:
+            done[TAG_SETUP_HASH] = self.hashes.setup
+        self.provider.set_tags(self.node.id, done)
         self._emit("up to date", done=True)
         return steps
 

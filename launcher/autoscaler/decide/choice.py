@@ -99,19 +99,32 @@ def choose(config: ClusterConfig, settings: Settings, facts: Facts) -> Choice:
     result = plan(view, settings)
     gone = {i for i, _ in broken} | {i for i, _ in result.terminate} | {n.id for n in leaving}
     listed = list(facts.listed)
-    setups = [] if head is None else setups_of(listed, set(facts.busy) | gone, facts.resync)
+    skip = set(facts.busy) | gone
+    setups = [] if head is None else setups_of(listed, skip, facts.resync, facts.now)
     return Choice(nodes, head, preempted, broken, dict(facts.unavailable), result, setups, evacuate)
 
 
-def setups_of(listed: list[Node], skip: set[str], resync: bool) -> list[tuple[Node, bool]]:
+# Where a worker is while its setup runs (on whichever machine runs it).
+IN_SETUP = frozenset(
+    {NodeStatus.WAITING, NodeStatus.SYNCING, NodeStatus.SETTING_UP, NodeStatus.STARTING_RAY}
+)
+
+
+def setups_of(
+    listed: list[Node], skip: set[str], resync: bool, now: float
+) -> list[tuple[Node, bool]]:
     """(worker, files only) to set up: listed new workers (a launched node is set up once
     listed, with its address), and the file mounts of the others when `resync` is due
-    (file_mounts_sync_continuously)."""
+    (file_mounts_sync_continuously). A worker kept across its head's loss is its run
+    supervisor's to start against the new head until its `rejoin_by`; past it, it is set
+    up here as a new one, also one that supervisor left halfway (it stopped or died)."""
     out = []
     for node in listed:
         if node.kind is not NodeKind.WORKER or node.id in skip:
             continue
-        if node.status is NodeStatus.UNINITIALIZED:
+        if node.rejoin_by > now:
+            continue
+        if node.status is NodeStatus.UNINITIALIZED or (node.rejoin_by and node.status in IN_SETUP):
             out.append((node, False))
         elif resync and node.status is NodeStatus.UP_TO_DATE:
             out.append((node, True))

@@ -97,7 +97,11 @@ UNSETTLED_CODES = frozenset(
 
 
 class AwsProvider(NodeProvider):
-    traits = ProviderTraits(installs_launcher_on_head=True, logs_in_over_ssh=True)
+    traits = ProviderTraits(
+        installs_launcher_on_head=True,
+        logs_in_over_ssh=True,
+        node_env_has_cluster_head_ip=True,  # AwsAccess gives the private IPs
+    )
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         super().__init__(config, on_head)

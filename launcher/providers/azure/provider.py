@@ -105,7 +105,9 @@ class AzureProvider(NodeProvider):
         self.access = AzureAccess(config, self._key, self._identity_client_id)
         self._public_key: str | None = None  # read from the key file once
         self.traits = dataclasses.replace(
-            type(self).traits, keeps_stopped_nodes=settings.cache_stopped_nodes
+            type(self).traits,
+            keeps_stopped_nodes=settings.cache_stopped_nodes,
+            node_env_has_cluster_head_ip=self.internal,  # else the listing's are public
         )
 
     @property

@@ -99,7 +99,9 @@ class GcpProvider(NodeProvider):
         self._key = key or str(names.key_file(self.cluster_name))
         self.access = SshNodeAccess(config, self._key)
         self.traits = dataclasses.replace(
-            type(self).traits, keeps_stopped_nodes=settings.cache_stopped_nodes
+            type(self).traits,
+            keeps_stopped_nodes=settings.cache_stopped_nodes,
+            node_env_has_cluster_head_ip=self.internal,  # else the listing's are external
         )
         self._cluster_label = encode_value(self.cluster_name)
         self._key_line: str | None = None  # ssh-keys entry, read from the key file once

@@ -61,7 +61,7 @@ POLL_S = (0.1, 1.0)  # first and longest pause between listings while waiting
 
 
 class KubernetesProvider(NodeProvider):
-    traits = ProviderTraits(installs_launcher_on_head=True)
+    traits = ProviderTraits(installs_launcher_on_head=True, node_env_has_cluster_head_ip=True)
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         super().__init__(config, on_head)

@@ -72,7 +72,7 @@ class LocalhostProvider(NodeProvider):
     """Nodes as this machine's processes; also plays a cloud's part for `simulated_spot`
     types (`launcher.providers.simulation.SimulatesReclaims`)."""
 
-    traits = ProviderTraits(containers_run="here")
+    traits = ProviderTraits(containers_run="here", node_env_has_cluster_head_ip=True)
 
     def __init__(self, config: ClusterConfig, on_head: bool = False) -> None:
         super().__init__(config, on_head)

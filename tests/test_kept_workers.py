@@ -163,3 +163,20 @@ def test_the_supervisor_starts_only_ray_on_its_kept_workers_against_the_new_head
         assert not (home(node) / "ray-started").exists()
         assert listed[node.id].status is NodeStatus.UNINITIALIZED
     provider.terminate_nodes(list(listed))
+
+
+def test_a_worker_whose_ray_is_being_started_is_not_started_twice() -> None:
+    """A recovery tried again (its `up` failed after the head's Ray was up) while the first
+    try's start of a kept worker still runs leaves that worker to it."""
+    config = parse_config(CONFIG, "inline")
+    provider = LocalhostProvider(config)
+    head = provider.create_nodes(config.node_types["head"], NodeKind.HEAD, 1, {})[0]
+    tags = {TAG_STATUS: NodeStatus.UNINITIALIZED.value, TAG_REJOIN_BY: str(int(time.time() + 300))}
+    busy, free = provider.create_nodes(config.node_types["worker"], NodeKind.WORKER, 2, tags)
+    restarts = recovery.Restarts()
+    assert restarts.claim([busy.id]) == {busy.id}  # the earlier try's start
+    assert recovery.restart_kept(config, provider, head, lambda _: None, restarts) == [free.id]
+    assert not (provider.nodes_dir / busy.id / "home" / "ray-started").exists()
+    restarts.release(busy.id)
+    assert recovery.restart_kept(config, provider, head, lambda _: None, restarts) == [busy.id]
+    provider.terminate_nodes([head.id, busy.id, free.id])

@@ -165,13 +165,39 @@ def adoptable(nodes: Sequence[Node]) -> list[Node]:
     ]
 
 
+class Restarts:
+    """The kept workers whose Ray a supervisor is starting now: one start per worker, also
+    when a recovery is tried again while an earlier try's starts still run."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._busy: set[str] = set()
+
+    def claim(self, node_ids: Sequence[str]) -> set[str]:
+        """Those of `node_ids` no start runs for, now claimed."""
+        with self._lock:
+            free = set(node_ids) - self._busy
+            self._busy |= free
+            return free
+
+    def release(self, node_id: str) -> None:
+        with self._lock:
+            self._busy.discard(node_id)
+
+
 def restart_kept(
-    config: ClusterConfig, provider: NodeProvider, head: Node, events: EventSink
+    config: ClusterConfig,
+    provider: NodeProvider,
+    head: Node,
+    events: EventSink,
+    restarts: Restarts | None = None,
 ) -> list[str]:
     """Start the Ray of the kept workers that are this supervisor's (`TAG_REJOIN_BY`, with
     time enough left) against `head`, side by side; each is marked up to date and no longer
     the supervisor's once its Ray runs (one that fails is tagged failed, and replaced by the
-    autoscaler as any). Returns the ids of those whose Ray was started."""
+    autoscaler as any). Those `restarts` says are being started already are left to that
+    start. Returns the ids of those whose Ray was started."""
+    restarts = restarts or Restarts()
     now = time.time()
     mine = [
         n
@@ -181,6 +207,8 @@ def restart_kept(
         and n.state is NodeState.RUNNING
         and n.status not in (NodeStatus.UP_TO_DATE, NodeStatus.FAILED)
     ]
+    claimed = restarts.claim([n.id for n in mine])
+    mine = [n for n in mine if n.id in claimed]
     lock = threading.Lock()
 
     def said(event: Event) -> None:
@@ -194,8 +222,11 @@ def restart_kept(
         except LauncherError as exc:
             said(Message(f"{node.id}: could not start its Ray again: {exc}", "warning"))
             return False
-        provider.set_tags(node.id, {TAG_REJOIN_BY: ""})
-        return True
+        else:
+            provider.set_tags(node.id, {TAG_REJOIN_BY: ""})
+            return True
+        finally:
+            restarts.release(node.id)
 
     if not mine:
         return []
@@ -269,9 +300,12 @@ def replace_head(
     events: EventSink,
     on_phase: PhaseSink,
     ready_timeout_s: float = 300.0,
+    restarts: Restarts | None = None,
 ) -> Replaced:
     """Steps 1 to 3 (see the module). `ready_timeout_s`: how long the new head may take to
-    accept commands."""
+    accept commands; `restarts`: the kept workers' starts of the supervisor's earlier
+    tries that may still run (see restart_kept)."""
+    restarts = restarts or Restarts()
     adopted = retire_head(config, provider, lost_head, events)
     on_phase("old_head_gone")
     if adopted:
@@ -281,7 +315,7 @@ def replace_head(
         # Beside the rest of `up` (the head's autoscaler) and the driver's start.
         def run() -> None:
             try:
-                restart_kept(config, provider, head, events)
+                restart_kept(config, provider, head, events, restarts)
             except LauncherError as exc:
                 events(Message(f"the kept workers' Ray was not started: {exc}", "warning"))
 

@@ -73,6 +73,7 @@ class Supervisor:
         self._list_failing = False
         self._start_failures = 0
         self._rejoin_deadline: float | None = None  # kept workers rejoining until then
+        self._restarts = recovery.Restarts()  # kept workers whose Ray is being started
 
     # -- the loop -------------------------------------------------------------------------
     def supervise(self) -> Run:
@@ -413,6 +414,7 @@ class Supervisor:
                     self.events,
                     self._phase,
                     ready_timeout_s=300.0 if replaceable else 60.0,
+                    restarts=self._restarts,
                 )
             except LauncherError as exc:
                 problem = str(exc)

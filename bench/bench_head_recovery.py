@@ -6,6 +6,8 @@ SkyPilot's way of recovering, a whole-cluster relaunch (`launcher down`, `launch
 
     flock /tmp/launcher-ray-tests.lock .venv/bin/python bench/bench_head_recovery.py [--repeats 3]
     flock /tmp/launcher-ray-tests.lock .venv/bin/python bench/bench_head_recovery.py --quick
+    flock /tmp/launcher-ray-tests.lock .venv/bin/python bench/bench_head_recovery.py \
+        --provider aws [--repeats 2]
 
 Both arms: the localhost provider with examples/clusters/local-recover.yaml (a spot head of
 CPU 0, two spot workers of CPU 2) and examples/tune_sweep.py (3 trials of 40 steps of 0.5 s,
@@ -19,10 +21,21 @@ the provider writes into the head's record just before it kills the head's proce
   subprocess). Broken down from the run's record ($LAUNCHER_HOME/runs/recovering-run/RUN/
   run.json, `recoveries[-1]`: `seen_at` and its `phases`, seconds after it).
 - baseline: `launcher submit --start --no-recover` (the config turns recovery on, so it is
-  turned off); when it ends (its driver died with the head), at once `launcher down -y`,
-  `launcher up -y` and `launcher submit --no-recover` again with the same script arguments
-  (without --start: the cluster was just brought up). The baseline is given no time to
-  notice the loss beyond its attached submit ending, where SkyPilot's controller polls.
+  turned off); when it ends (its driver died with the head) or the kill command has seen the
+  head gone, whichever is first (a submit still running is killed), at once `launcher down
+  -y` (and a wait until the provider lists none of the cluster's nodes), `launcher up -y` and
+  `launcher submit --no-recover` again with the same script arguments (without --start: the
+  cluster was just brought up). The baseline is given no time to notice the loss beyond
+  that, where SkyPilot's controller polls.
+
+`--provider aws` runs the same two arms on AWS: moto's EC2 server, every instance a real
+isolated SSH host running real Ray (bench/head_recovery_aws.py has the cluster: a spot head
+of CPU 0 falling back to an on-demand head type, two workers of CPU 2, setup commands). There
+`kill-random-node --head --hard` terminates the head instance, and the death is when EC2
+accepted that termination; `launcher down` is followed by a wait until EC2 lists none of the
+cluster's instances; a new head is a new instance, set up over SSH with the launcher
+installed on it, as on AWS. On localhost a new node is a few processes, so there the arms
+cost nearly the same; AWS shows what a new machine costs (launch, SSH, setup).
 
 "Running again" for a trial: its first checkpoint written (the file's mtime, seen by a
 watcher polling the storage every 0.1 s) after the new driver was started; the total is the
@@ -57,10 +70,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from bench.common import BenchError, wait_for
 
@@ -80,7 +94,7 @@ POLL_S = 0.1
 
 # (label, key) of the rows, in the order of the flow; seconds after the death.
 ROWS = [
-    ("loss seen: ours, the supervisor's seen_at; baseline, its submit ended", "seen"),
+    ("loss seen: ours, supervisor's seen_at; baseline, submit ended or kill done", "seen"),
     ("old head gone: ours, terminated; baseline, `launcher down` done", "old_head_gone"),
     ("new head launched", "head_launched"),
     ("Ray up on the new head", "ray_up"),
@@ -143,11 +157,11 @@ class Background:
         except subprocess.TimeoutExpired:
             raise BenchError(f"timed out after {timeout:g} s; see {self.log_path}") from None
 
-    def stop(self) -> None:
-        """End it (its whole session) if it still runs."""
+    def stop(self, hard: bool = False) -> None:
+        """End it (its whole session) if it still runs; `hard`: with SIGKILL at once."""
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
+                os.killpg(self.process.pid, signal.SIGKILL if hard else signal.SIGTERM)
             try:
                 self.process.wait(30)
             except subprocess.TimeoutExpired:
@@ -182,10 +196,10 @@ class Checkpoint:
 @dataclass
 class Watcher:
     """Polls the sweep's storage (every checkpoint, as first seen; Tune keeps only the last
-    two) and the localhost head records (when each was reclaimed)."""
+    two) and the site's heads taken (`deaths`: head id -> when)."""
 
     experiment: Path
-    nodes_dir: Path
+    deaths: Callable[[], Mapping[str, float]]
     checkpoints: list[Checkpoint] = field(default_factory=list)
     reclaimed: dict[str, float] = field(default_factory=dict)
     loads: list[tuple[float, float]] = field(default_factory=list)  # (time, 1-min load)
@@ -219,12 +233,7 @@ class Watcher:
                 continue  # gone, or half written: seen next round
             self._seen.add(key)
             found.append(Checkpoint(key[0], step, mtime / 1e9))
-        reclaimed = {}
-        for record in self.nodes_dir.glob("h-*/node.json"):
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                data = json.loads(record.read_text())
-                if data.get("reclaimed_at") is not None:
-                    reclaimed[data["id"]] = float(data["reclaimed_at"])
+        reclaimed = self.deaths()
         with self._lock:
             self.loads.append((time.time(), os.getloadavg()[0]))
             self.checkpoints.extend(found)
@@ -253,13 +262,13 @@ class Watcher:
 
 
 def kill_head(env: dict[str, str], watcher: Watcher, cluster: Path) -> float:
-    """`launcher kill-random-node --head --hard -y`; the head's death (its reclaimed_at)."""
+    """`launcher kill-random-node --head --hard -y`; the head's death, as the site saw it."""
     _, ended = launcher(env, "kill-random-node", str(cluster), "--head", "--hard", "-y")
     watcher.scan()
     death = watcher.death()
     if death is None:
-        print("warning: no reclaimed_at seen in the head's record; the kill command's end "
-              "taken as the death", file=sys.stderr)  # fmt: skip
+        print("warning: the site saw no head taken; the kill command's end taken as the "
+              "death", file=sys.stderr)  # fmt: skip
         death = ended
     return death
 
@@ -355,12 +364,73 @@ def finish_sample(
     return Sample(arm, shifted, trials, finished, load, notes + more)
 
 
-# -- the arms -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Plan:
+# -- where an arm's cluster runs ------------------------------------------------------------
+class Site(Protocol):
+    """An arm's cluster, wherever it runs (the localhost provider here; AWS on moto in
+    bench/head_recovery_aws.py), opened for one arm and closed after it."""
+
     cluster: Path  # the cluster file
-    steps: int
-    kill_at_step: int  # every trial has checkpointed this step when the head dies
+    left: list[str]  # once closed: what was left of the cluster after `launcher down`
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment of the arm's launcher commands."""
+        ...
+
+    def deaths(self) -> Mapping[str, float]:
+        """Each head taken so far: its id -> when it was taken (wall clock)."""
+        ...
+
+    def wait_unlisted(self) -> None:
+        """After `launcher down`: until the provider lists none of the cluster's nodes."""
+        ...
+
+
+OpenSite = Callable[[Path, bool], contextlib.AbstractContextManager[Site]]
+
+
+def arm_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ, LAUNCHER_HOME=str(home), RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+@dataclass
+class LocalhostSite:
+    cluster: Path
+    home: Path
+    left: list[str] = field(default_factory=list)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return arm_env(self.home)
+
+    def deaths(self) -> dict[str, float]:
+        """The heads the localhost provider reclaimed: the `reclaimed_at` it writes into
+        the head's record just before it kills the head's processes."""
+        reclaimed = {}
+        nodes = self.home / "clusters" / NAME / "localhost" / "nodes"
+        for record in nodes.glob("h-*/node.json"):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                data = json.loads(record.read_text())
+                if data.get("reclaimed_at") is not None:
+                    reclaimed[data["id"]] = float(data["reclaimed_at"])
+        return reclaimed
+
+    def wait_unlisted(self) -> None:
+        """`launcher down` returns once the localhost nodes are gone."""
+
+
+def localhost_site(node_setup_s: float) -> OpenSite:
+    @contextlib.contextmanager
+    def opened(work: Path, keep: bool) -> Iterator[Site]:
+        site = LocalhostSite(cluster_file(work, node_setup_s), work / "home")
+        try:
+            yield site
+        finally:
+            site.left += clean_up(work, site.cluster, keep)
+
+    return opened
 
 
 def cluster_file(work: Path, node_setup_s: float) -> Path:
@@ -372,101 +442,6 @@ def cluster_file(work: Path, node_setup_s: float) -> Path:
     path = work / "local-recover-setup.yaml"
     path.write_text(CLUSTER.read_text() + f"setup_commands: [sleep {node_setup_s:g}]\n")
     return path
-
-
-def arm_env(home: Path) -> dict[str, str]:
-    env = dict(os.environ, LAUNCHER_HOME=str(home), RAY_USAGE_STATS_ENABLED="0")
-    env.pop("RAY_ADDRESS", None)
-    return env
-
-
-def sweep_args(storage: Path, summary: Path, plan: Plan) -> list[str]:
-    return [
-        "--", "--trials", str(TRIALS), "--steps", str(plan.steps), "--step-seconds", str(STEP_S),
-        "--checkpoint-every", "1", "--storage-path", str(storage), "--name", EXPERIMENT,
-        "--summary", str(summary),
-    ]  # fmt: skip
-
-
-def run_record(home: Path) -> dict[str, Any]:
-    (path,) = home.glob("runs/*/*/run.json")
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
-
-
-def ours(work: Path, plan: Plan, keep: bool) -> Sample:
-    """`keep`: without --stop (which only acts once the run has ended), so that the
-    cluster's logs can be kept before it goes down."""
-    home, storage, summary = work / "home", work / "storage", work / "summary.json"
-    env = arm_env(home)
-    storage.mkdir()
-    watcher = Watcher(storage / EXPERIMENT, home / "clusters" / NAME / "localhost" / "nodes")
-    stop = [] if keep else ["--stop"]
-    args = ["submit", "--start", *stop, "--recover", "--recover-storage", str(storage),
-            str(plan.cluster), str(SWEEP), *sweep_args(storage, summary, plan)]  # fmt: skip
-    with watcher:
-        submit = Background(args, env, work / "submit.log")
-        try:
-            wait_for(
-                lambda: watcher.every_trial_at(plan.kill_at_step), "the trials' checkpoints",
-                STARTUP_TIMEOUT_S, poll_s=POLL_S, alive=submit.check_running,
-            )  # fmt: skip
-            death = kill_head(env, watcher, plan.cluster)
-            code = submit.wait(SWEEP_TIMEOUT_S)
-            if code != 0:
-                raise BenchError(f"the recovering run failed (exit {code}):\n{submit.tail()}")
-        finally:
-            submit.stop()
-    recovery = run_record(home)["recoveries"][-1]
-    seen = float(recovery["seen_at"])
-    phases = {k: seen + float(v) for k, v in recovery["phases"].items()}
-    times = {"seen": seen, **phases}
-    times["workers"] = times.pop("workers_rejoined", float("nan"))
-    resuming = submit.first_line("resuming the sweep", after=death)
-    if resuming is not None:
-        times["resuming"] = resuming
-    restarted = phases.get("driver_started", seen)
-    sample = finish_sample("ours", times, watcher, death, restarted, summary, plan.steps)
-    sample.notes.append(f"new head {recovery.get('new_head')} ({recovery.get('new_head_type')}), "
-                        f"kept {len(recovery.get('adopted', []))} worker(s)")  # fmt: skip
-    return sample
-
-
-def baseline(work: Path, plan: Plan, keep: bool) -> Sample:
-    home, storage, summary = work / "home", work / "storage", work / "summary.json"
-    env = arm_env(home)
-    watcher = Watcher(storage / EXPERIMENT, home / "clusters" / NAME / "localhost" / "nodes")
-    script = [str(plan.cluster), str(SWEEP), *sweep_args(storage, summary, plan)]
-    times: dict[str, float] = {}
-    with watcher:
-        first = Background(
-            ["submit", "--start", "--no-recover", *script], env, work / "submit-1.log"
-        )
-        try:
-            wait_for(
-                lambda: watcher.every_trial_at(plan.kill_at_step), "the trials' checkpoints",
-                STARTUP_TIMEOUT_S, poll_s=POLL_S, alive=first.check_running,
-            )  # fmt: skip
-            death = kill_head(env, watcher, plan.cluster)
-            first.wait(STARTUP_TIMEOUT_S)
-        finally:
-            first.stop()
-        assert first.ended_at is not None
-        times["seen"] = first.ended_at
-        times["old_head_gone"] = launcher(env, "down", "-y", str(plan.cluster))[1]
-        times["workers"] = launcher(env, "up", "-y", str(plan.cluster))[1]
-        second = Background(["submit", "--no-recover", *script], env, work / "submit-2.log")
-        try:
-            code = second.wait(SWEEP_TIMEOUT_S)
-            if code != 0:
-                raise BenchError(f"the resubmitted sweep failed (exit {code}):\n{second.tail()}")
-        finally:
-            second.stop()
-    times["driver_started"] = second.started_at
-    resuming = second.first_line("resuming the sweep")
-    if resuming is not None:
-        times["resuming"] = resuming
-    return finish_sample("baseline", times, watcher, death, second.started_at, summary, plan.steps)
 
 
 def localhost_names(home: Path) -> tuple[str, str]:
@@ -518,6 +493,115 @@ def clean_up(work: Path, cluster: Path, keep: bool) -> list[str]:
     return left
 
 
+# -- the arms -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Plan:
+    steps: int
+    kill_at_step: int  # every trial has checkpointed this step when the head dies
+
+
+def sweep_args(storage: Path, summary: Path, plan: Plan) -> list[str]:
+    return [
+        "--", "--trials", str(TRIALS), "--steps", str(plan.steps), "--step-seconds", str(STEP_S),
+        "--checkpoint-every", "1", "--storage-path", str(storage), "--name", EXPERIMENT,
+        "--summary", str(summary),
+    ]  # fmt: skip
+
+
+def run_record(home: Path) -> dict[str, Any]:
+    (path,) = home.glob("runs/*/*/run.json")
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def ours(work: Path, site: Site, plan: Plan, keep: bool) -> Sample:
+    """`keep`: without --stop (which only acts once the run has ended), so that the
+    cluster's logs can be kept before it goes down."""
+    storage, summary = work / "storage", work / "summary.json"
+    storage.mkdir()
+    watcher = Watcher(storage / EXPERIMENT, site.deaths)
+    stop = [] if keep else ["--stop"]
+    args = ["submit", "--start", *stop, "--recover", "--recover-storage", str(storage),
+            str(site.cluster), str(SWEEP), *sweep_args(storage, summary, plan)]  # fmt: skip
+    with watcher:
+        submit = Background(args, site.env, work / "submit.log")
+        try:
+            wait_for(
+                lambda: watcher.every_trial_at(plan.kill_at_step), "the trials' checkpoints",
+                STARTUP_TIMEOUT_S, poll_s=POLL_S, alive=submit.check_running,
+            )  # fmt: skip
+            death = kill_head(site.env, watcher, site.cluster)
+            code = submit.wait(SWEEP_TIMEOUT_S)
+            if code != 0:
+                raise BenchError(f"the recovering run failed (exit {code}):\n{submit.tail()}")
+        finally:
+            submit.stop()
+    recovery = run_record(Path(site.env["LAUNCHER_HOME"]))["recoveries"][-1]
+    seen = float(recovery["seen_at"])
+    phases = {k: seen + float(v) for k, v in recovery["phases"].items()}
+    times = {"seen": seen, **phases}
+    times["workers"] = times.pop("workers_rejoined", float("nan"))
+    resuming = submit.first_line("resuming the sweep", after=death)
+    if resuming is not None:
+        times["resuming"] = resuming
+    restarted = phases.get("driver_started", seen)
+    sample = finish_sample("ours", times, watcher, death, restarted, summary, plan.steps)
+    sample.notes.append(f"new head {recovery.get('new_head')} ({recovery.get('new_head_type')}), "
+                        f"kept {len(recovery.get('adopted', []))} worker(s)")  # fmt: skip
+    return sample
+
+
+def baseline(work: Path, site: Site, plan: Plan, keep: bool) -> Sample:
+    """Down until nothing is listed, up (which waits for min_workers), submit again, from
+    when the loss is known: the attached submit ended (its driver died with the head) or
+    the kill command saw the head gone, whichever came first (the best a controller polling
+    the cloud could do; on AWS the submit retries its lost connection for ~14 s). A submit
+    still running then is killed before `down`: its retry could reach a new head at the old
+    head's address."""
+    storage, summary = work / "storage", work / "summary.json"
+    env, cluster = site.env, site.cluster
+    watcher = Watcher(storage / EXPERIMENT, site.deaths)
+    script = [str(cluster), str(SWEEP), *sweep_args(storage, summary, plan)]
+    times: dict[str, float] = {}
+    with watcher:
+        first = Background(
+            ["submit", "--start", "--no-recover", *script], env, work / "submit-1.log"
+        )
+        try:
+            wait_for(
+                lambda: watcher.every_trial_at(plan.kill_at_step), "the trials' checkpoints",
+                STARTUP_TIMEOUT_S, poll_s=POLL_S, alive=first.check_running,
+            )  # fmt: skip
+            death = kill_head(env, watcher, cluster)
+            killed, ended = time.time(), first.ended_at
+        finally:
+            first.stop(hard=True)
+        times["seen"] = killed if ended is None else min(ended, killed)
+        launcher(env, "down", "-y", str(cluster))
+        site.wait_unlisted()
+        times["old_head_gone"] = time.time()
+        times["workers"] = launcher(env, "up", "-y", str(cluster))[1]
+        second = Background(["submit", "--no-recover", *script], env, work / "submit-2.log")
+        try:
+            code = second.wait(SWEEP_TIMEOUT_S)
+            if code != 0:
+                raise BenchError(f"the resubmitted sweep failed (exit {code}):\n{second.tail()}")
+        finally:
+            second.stop()
+    times["driver_started"] = second.started_at
+    resuming = second.first_line("resuming the sweep")
+    if resuming is not None:
+        times["resuming"] = resuming
+    sample = finish_sample("baseline", times, watcher, death, second.started_at, summary,
+                           plan.steps)  # fmt: skip
+    sample.notes.append(
+        f"first submit ended {ended - death:.2f} s after the death" if ended is not None else
+        f"first submit still running {killed - death:.2f} s after the death, when the kill "
+        "was done: killed"
+    )  # fmt: skip
+    return sample
+
+
 def wait_quiet(max_load: float, patience_s: float = 1800.0) -> None:
     """Until this machine's 1-minute load average is at most `max_load` (others' work on a
     shared machine), for up to `patience_s`; then go on and say so."""
@@ -534,16 +618,19 @@ def wait_quiet(max_load: float, patience_s: float = 1800.0) -> None:
         time.sleep(5)
 
 
-def measure(arm: str, work: Path, plan: Plan, keep: bool) -> Sample | None:
+def measure(arm: str, work: Path, open_site: OpenSite, plan: Plan, keep: bool) -> Sample | None:
     work.mkdir(parents=True)
     started = time.monotonic()
+    left: list[str] = []
     try:
-        return (ours if arm == "ours" else baseline)(work, plan, keep)
+        with open_site(work, keep) as site:
+            left = site.left
+            return (ours if arm == "ours" else baseline)(work, site, plan, keep)
     except BenchError as exc:
         print(f"{arm}: failed: {exc}", file=sys.stderr, flush=True)
         return None
     finally:
-        for line in clean_up(work, plan.cluster, keep):
+        for line in left:
             print(f"{arm}: clean-up: {line}", file=sys.stderr, flush=True)
         print(f"{arm}: {time.monotonic() - started:.0f} s in all", flush=True)
 
@@ -629,6 +716,11 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--only", choices=("ours", "baseline"), help="measure one arm only")
     parser.add_argument(
+        "--provider", choices=("localhost", "aws"), default="localhost", help="where the "
+        "clusters run: this machine's localhost provider (default), or AWS on moto's EC2 "
+        "server, every instance an isolated SSH host (bench/head_recovery_aws.py)"
+    )  # fmt: skip
+    parser.add_argument(
         "--node-setup-s", type=float, default=0.0, help="a setup command sleeping this long "
         "on every node set up (as a cloud machine's boot and setup cost; default 0: none)"
     )  # fmt: skip
@@ -642,14 +734,21 @@ def main() -> None:
     )  # fmt: skip
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, _interrupted)
-    print(f"launcher at {version()}; {os.cpu_count()} cores; Ray {ray_version()}", flush=True)
+    print(f"launcher at {version()}; {os.cpu_count()} cores; Ray {ray_version()}; provider "
+          f"{args.provider}", flush=True)  # fmt: skip
     repeats = 1 if args.quick else args.repeats
     mine: list[Sample] = []
     theirs: list[Sample] = []
-    work = Path(tempfile.mkdtemp(prefix="bhead-"))
+    open_site = localhost_site(args.node_setup_s)
+    shared = None
+    if args.provider == "aws":
+        from bench.head_recovery_aws import SHARED_DIR, aws_site
+
+        open_site, shared = aws_site(args.node_setup_s, arm_env), SHARED_DIR
+    # On AWS the storage must be where every host sees it (each host has its own /tmp).
+    work = Path(tempfile.mkdtemp(prefix="bhead-", dir=shared))
     os.chmod(work, 0o755)
-    cluster = cluster_file(work, args.node_setup_s)
-    plan = Plan(cluster, 30, 5) if args.quick else Plan(cluster, 40, 9)
+    plan = Plan(30, 5) if args.quick else Plan(40, 9)
     try:
         for i in range(repeats):
             order = ("ours", "baseline") if i % 2 == 0 else ("baseline", "ours")
@@ -658,7 +757,7 @@ def main() -> None:
                     continue
                 if args.max_load:
                     wait_quiet(args.max_load)
-                sample = measure(arm, work / f"{arm}-{i}", plan, args.keep)
+                sample = measure(arm, work / f"{arm}-{i}", open_site, plan, args.keep)
                 if sample is not None:
                     show_sample(i, sample)
                     (mine if arm == "ours" else theirs).append(sample)

@@ -91,8 +91,34 @@ def test_a_cluster_comes_and_goes_leaving_nothing(server: AzureServer) -> None:
     assert provider.nodes() == []
     removed = provider.cleanup(purge=True)
     assert any("managed identity" in line for line in removed)
-    left = {r.name for r in provider.clients.resources.resources.list_by_resource_group("rg1")}
-    assert left == set()
+    # The group bootstrap made (tagged as the cluster's) goes too, with nothing left in it.
+    assert "resource group rg1" in removed
+    assert not server.clients().resource.resource_groups.check_existence("rg1")
+
+
+def test_purge_keeps_a_group_the_cluster_did_not_make_or_that_holds_others(
+    server: AzureServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "retry_after", 0)  # operations polled fast: 5 bootstraps
+    monkeypatch.setenv("LAUNCHER_AZURE_POLL_S", "0.05")
+    groups = server.clients().resource.resource_groups
+    groups.create_or_update("rg3", {"location": "eastus"})  # the user's own group
+    mine = AzureProvider(_config("c3", "rg3"))
+    mine.bootstrap()
+    removed = mine.cleanup(purge=True)
+    assert removed and not any("resource group" in line for line in removed)
+    assert groups.check_existence("rg3")
+    assert list(server.clients().resource.resources.list_by_resource_group("rg3")) == []
+    # A group cluster c4 made, which sibling c5 joined: c4's purge leaves it to c5's nodes.
+    first, second = AzureProvider(_config("c4", "rg4")), AzureProvider(_config("c5", "rg4"))
+    first.bootstrap()
+    second.bootstrap()
+    assert not any("resource group" in line for line in first.cleanup(purge=True))
+    assert groups.check_existence("rg4")
+    held = server.clients().resource.resources.list_by_resource_group("rg4")
+    assert held and all((r.tags or {}).get("launcher-created-for") == "c5" for r in held)
+    second.cleanup(purge=True)  # not the group's maker: its group stays
+    assert groups.check_existence("rg4")
 
 
 # Run on "the head" as its autoscaler would: lists the cluster's nodes with the credential
@@ -161,3 +187,33 @@ def test_the_heads_commands_act_as_its_identity_and_spot_workers_watch(
     assert access.after_ray_start(head) == () == access.after_ray_start(regular)
     provider.terminate_nodes([head.id, spot.id])
     provider.cleanup(purge=True)
+
+
+def test_an_evicted_spot_worker_is_deleted_when_answered_never_kept_for_reuse(
+    server: AzureServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "retry_after", 0)
+    monkeypatch.setenv("LAUNCHER_AZURE_POLL_S", "0.05")
+    config = _config("c6", "rg6")  # cache_stopped_nodes: Azure's default, on
+    provider = AzureProvider(config)
+    provider.bootstrap()
+    spot = config.node_types["spot"]
+    evictee, kept = provider.create_nodes(spot, NodeKind.WORKER, 2, {}, request_id="e")
+    server.evict(evictee.id, notice_s=0.1, wait=True)
+    head = AzureProvider(config, on_head=True)  # the autoscaler's, in another process
+    states = {n.id: n.state for n in head.nodes()}
+    assert states == {evictee.id: NodeState.PREEMPTED, kept.id: NodeState.RUNNING}
+    head.stop_nodes([evictee.id, kept.id])  # the preempted one answered, the other freed
+    assert head.nodes() == []
+    assert [n.id for n in head.stopped_nodes()] == [kept.id]
+    left = {r.name for r in server.clients().resource.resources.list_by_resource_group("rg6")}
+    assert not {name for name in left if name.startswith(evictee.id)}  # VM, NIC, disk gone
+    # A launch avoiding the kept worker's zone makes a new VM instead of starting it there.
+    (fresh,) = head.create_nodes(
+        spot, NodeKind.WORKER, 1, {}, avoid_zones=frozenset({kept.zone}), request_id="f"
+    )
+    assert fresh.id != kept.id and fresh.zone != kept.zone
+    (again,) = head.create_nodes(spot, NodeKind.WORKER, 1, {}, request_id="g")
+    assert again.id == kept.id  # resumed where no zone is avoided
+    head.terminate_nodes([fresh.id, again.id])
+    head.cleanup(purge=True)

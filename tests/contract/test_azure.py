@@ -65,6 +65,8 @@ class AzureHarness(ConfigHarness):
 
     def leftovers(self, cluster: str) -> list[str]:
         clients = self.server.clients()
+        if not clients.resource.resource_groups.check_existence(GROUP):
+            return []  # purged with the group its first cluster made (nothing else was left)
         names = SPECS["azure"].derived_names(self.config(cluster))
         ours = {
             names[kind].lower()

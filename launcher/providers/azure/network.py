@@ -1,6 +1,8 @@
 """The cluster's resource group, virtual network, subnet and network security group: each
 reused when present, created (and tagged as the cluster's) when not; removed by
-`down --purge` only where that tag says the cluster created it.
+`down --purge` only where that tag says the cluster created it. The resource group goes
+last, and only when nothing but the cluster's own resources is left in it: a group the
+cluster made may hold another cluster's nodes or the user's resources since.
 
 The security group lets SSH in only from `ssh_from` (the caller's public address by
 default, or `provider.allow_ssh_from`); traffic inside the virtual network is allowed by
@@ -18,6 +20,7 @@ from launcher.errors import ProviderError
 from launcher.providers.azure import names
 from launcher.providers.azure.clients import AzureClients, arm_message, get_or_none, not_found
 from launcher.providers.azure.model import AzureProviderConfig
+from launcher.providers.nodes import TAG_CLUSTER
 
 OWNER_TAG = "launcher-created-for"  # the cluster a resource was created for
 SSH_RULE = "launcher-ssh"
@@ -157,3 +160,34 @@ def remove_network(clients: AzureClients, settings: AzureProviderConfig, cluster
             raise ProviderError(f"cannot delete {kind} {name}: {arm_message(exc)}") from exc
         removed.append(f"{kind} {name}")
     return removed
+
+
+def _of_cluster(resource: Any, cluster: str) -> bool:
+    tags = getattr(resource, "tags", None) or {}
+    return cluster in (tags.get(OWNER_TAG), tags.get(TAG_CLUSTER))
+
+
+def remove_group(clients: AzureClients, settings: AzureProviderConfig, cluster: str) -> list[str]:
+    """Delete the resource group when the cluster created it (its tag names the cluster)
+    and it holds nothing but the cluster's own resources (a listing may still show some
+    being deleted); after everything else of the cluster is removed. Never a group the
+    cluster did not create, nor one holding anything else. Returns what it removed."""
+    groups, group = clients.resources.resource_groups, settings.resource_group
+    found = get_or_none(lambda: groups.get(group))
+    if found is None or (found.tags or {}).get(OWNER_TAG) != cluster:
+        return []
+    try:
+        held = list(clients.resources.resources.list_by_resource_group(group))
+    except Exception as exc:
+        if not_found(exc):
+            return []
+        raise ProviderError(f"cannot list resource group {group}: {arm_message(exc)}") from exc
+    if any(not _of_cluster(r, cluster) for r in held):
+        return []
+    try:
+        groups.begin_delete(group).result()
+    except Exception as exc:
+        if not_found(exc):
+            return []
+        raise ProviderError(f"cannot delete resource group {group}: {arm_message(exc)}") from exc
+    return [f"resource group {group}"]

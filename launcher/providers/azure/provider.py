@@ -12,7 +12,8 @@ cluster, kind, type and status. Nodes are reached over SSH (access.py: AzureAcce
   launch at once. A VM that failed is deleted with what it owns.
 - Removing: `virtualMachines.delete`; its NIC, public IP and OS disk go with it.
 - `cache_stopped_nodes`: freed workers are deallocated (tagged as stopped by the
-  launcher) and started again for a later launch of their type.
+  launcher) and started again for a later launch of their type, outside the zones it
+  avoids; a spot worker Azure evicted is deleted when answered, never kept.
 - Bootstrap (network.py, identity.py): resource group, network, security group, the head's
   identity with Contributor on the group, the SSH key.
 """
@@ -47,15 +48,18 @@ from launcher.providers.azure.network import (
     ClusterNetwork,
     ensure_group,
     ensure_network,
+    remove_group,
     remove_network,
 )
 from launcher.providers.azure.vms import (
     STOPPED_TAG,
     TAG_PRIVATE_IP,
     TAG_PUBLIC_IP,
+    evicted,
     identity_client_id,
     stopped_node,
     to_node,
+    zone_of,
 )
 from launcher.providers.base import (
     TAG_CLUSTER,
@@ -354,6 +358,7 @@ class AzureProvider(NodeProvider):
             and (vm.tags or {}).get(TAG_TYPE) == node_type.name
             and (vm.tags or {}).get(TAG_KIND) == launch.kind.value
             and stopped_node(vm, self.internal) is not None
+            and zone_of(vm) not in launch.avoid_zones  # as a new node would avoid them
         ][:count]
         compute = self.clients.compute
         started = []
@@ -406,11 +411,18 @@ class AzureProvider(NodeProvider):
             self._answered.update(node_ids)
 
     def stop_nodes(self, node_ids: Sequence[str]) -> None:
+        """With cache_stopped_nodes, deallocate the VMs and keep them for a later launch of
+        their type; else, and for spot workers Azure evicted (its capacity reclaimed, so a
+        start would likely fail, and their disks bill while kept), delete them."""
         if not self.settings.cache_stopped_nodes:
             self.terminate_nodes(node_ids)
             return
+        wanted = set(node_ids)
+        gone = [str(vm.name) for vm in self._vms() if vm.name in wanted and evicted(vm)]
+        if gone:
+            self.terminate_nodes(gone)
         compute = self.clients.compute
-        for name in dict.fromkeys(node_ids):
+        for name in dict.fromkeys(n for n in node_ids if n not in gone):
             self.set_tags(name, {STOPPED_TAG: "true"})
             try:
                 compute.virtual_machines.begin_deallocate(self.group, name).result()
@@ -439,4 +451,5 @@ class AzureProvider(NodeProvider):
         if purge:
             removed += remove_identity(self.clients, self.settings, self.cluster_name)
             removed += remove_network(self.clients, self.settings, self.cluster_name)
+            removed += remove_group(self.clients, self.settings, self.cluster_name)
         return removed

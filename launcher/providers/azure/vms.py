@@ -7,8 +7,8 @@ IP, so a listing needs no call per NIC.
 
 States: provisioning or starting is PENDING, running is RUNNING. A spot worker Azure
 evicted (deallocated, not by the launcher) is PREEMPTED until the autoscaler has answered
-it; a VM the launcher stopped (`STOPPED_TAG`) is only in `stopped_nodes`; a deleting or
-failed VM is no node.
+it (the provider then deletes it, never keeps it for reuse); a VM the launcher stopped
+(`STOPPED_TAG`) is only in `stopped_nodes`; a deleting or failed VM is no node.
 """
 
 from __future__ import annotations
@@ -72,6 +72,17 @@ def launcher_tags(tags: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in tags.items() if k not in _INTERNAL_TAGS}
 
 
+def evicted(vm: Any) -> bool:
+    """A spot worker Azure evicted: off, and not deallocated by the launcher."""
+    tags: Mapping[str, str] = getattr(vm, "tags", None) or {}
+    return (
+        tags.get(TAG_KIND) == NodeKind.WORKER.value
+        and is_spot_vm(vm)
+        and STOPPED_TAG not in tags
+        and power_state(vm) in _OFF
+    )
+
+
 def to_node(vm: Any, internal: bool, answered: Collection[str] = ()) -> Node | None:
     """The node `vm` is, or None when it is not one of the cluster's live nodes (see the
     module docstring). `internal`: address it by its private IP."""
@@ -85,8 +96,7 @@ def to_node(vm: Any, internal: bool, answered: Collection[str] = ()) -> Node | N
     if provisioning in ("deleting", "failed"):
         return None
     if power in _OFF:
-        evicted = kind is NodeKind.WORKER and is_spot_vm(vm) and STOPPED_TAG not in tags
-        if not evicted or name in answered:
+        if not evicted(vm) or name in answered:
             return None
         state = NodeState.PREEMPTED
     elif power == "running" and provisioning == "succeeded":

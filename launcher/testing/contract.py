@@ -416,6 +416,34 @@ class ProviderContract:
         finally:
             provider.terminate_nodes([head.id])
 
+    def test_a_worker_is_told_the_head_address_the_head_tells_it_where_the_traits_say(
+        self, harness: Harness, cluster: str
+    ) -> None:
+        """`traits.node_env_has_cluster_head_ip`: a worker set up from the user's machine
+        (a recovering run's supervisor starts kept workers' Ray so) is told the head's
+        address as the head's own autoscaler tells it."""
+        provider = harness.provider(cluster)
+        if not provider.traits.node_env_has_cluster_head_ip:
+            return  # the autoscaler on the head sets every worker up
+        types = provider.config.node_types
+        (head,) = provider.create_nodes(types[harness.types.head], NodeKind.HEAD, 1, {})
+        (worker,) = provider.create_nodes(types[harness.types.worker], NodeKind.WORKER, 1, {})
+        made = {head.id, worker.id}
+
+        def addressed(nodes: list[Node]) -> bool:
+            return made <= {n.id for n in nodes if n.ip}
+
+        try:
+            told = []
+            for side in (provider, make_provider(provider.config, on_head=True)):
+                listed = {n.id: n for n in eventually(side, addressed)}
+                env = side.access.node_env(listed[worker.id], listed[head.id])
+                told.append(env.get("RAY_HEAD_IP"))
+            here, on_head = told
+            assert here and here == on_head
+        finally:
+            provider.terminate_nodes(sorted(made))
+
     def test_access_runs_a_command_on_a_node(
         self, harness: Harness, cluster: str, tmp_path: Path
     ) -> None:

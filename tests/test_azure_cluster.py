@@ -3,8 +3,9 @@
 address running real Ray (fakes/azure/hosts.py). The VMs' sessions have only what a real
 VM has (its metadata service, trusted CAs): the subscription, the endpoints and the head's
 identity come from the launcher, and the autoscaler on the head launches the spot worker
-as that identity. One cluster for the module; `down --purge` leaves the resource group
-empty.
+as that identity, hears its eviction notice and replaces it. One cluster for the module;
+`down --purge` removes the resource group `up` made. The admin user is `azureuser`: Azure
+(and the fake) refuse `root`.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ provider:
   subnet_mask: 127.19.0.0/16
   allow_ssh_from: [127.0.0.0/8]
 auth:
-  ssh_user: root
+  ssh_user: azureuser
 available_node_types:
   head:
     node_config: {{azure_arm_parameters: {{vmSize: Standard_D2s_v3, {IMAGE}}}}}
@@ -125,12 +126,46 @@ def test_up_runs_ray_on_azure_vms_and_the_head_acts_as_its_identity(azure: Azure
     )
 
 
-def test_down_purge_leaves_nothing_in_the_resource_group(azure: AzureCluster) -> None:
+def test_an_evicted_spot_worker_gives_notice_and_is_replaced(azure: AzureCluster) -> None:
+    kinds = azure.vms()
+    (head,) = [name for name, kind in kinds.items() if kind == "head"]
+    (spot,) = [name for name, kind in kinds.items() if kind == "worker"]
+    head_host = azure.hosts.host(head)
+    assert head_host is not None
+    azure.server.evict(spot, notice_s=8)  # a Preempt event, then the VM deallocated
+    monitor = head_host.path("~/.launcher/head/monitor.log")
+    wait_for(
+        lambda: f"{spot} (spot): reclaim notice" in monitor.read_text(),
+        60,
+        "the head's autoscaler to hear the worker's eviction notice",
+    )
+
+    def replaced() -> bool:
+        workers = [n for n, kind in azure.vms().items() if kind == "worker"]
+        return spot not in workers and len(workers) == 1
+
+    try:
+        wait_for(replaced, 120, "the evicted worker deleted and a new spot worker made")
+    except AssertionError as exc:
+        views = [(v.name, v.provisioning_state, v.power, v.zone) for v in azure.server.vms()]
+        raise AssertionError(
+            f"{exc}; VMs {views}; monitor:\n{monitor.read_text()[-3000:]}"
+        ) from exc
+    # Nothing of the evicted VM is left (its NIC and OS disk went with it).
+    clients = azure.server.clients()
+    left = [r.name for r in clients.resource.resources.list_by_resource_group(GROUP)]
+    assert not [name for name in left if name.startswith(spot)], left
+    wait_for(
+        lambda: "alive 2" in azure.cli("exec", COUNT_NODES)[1],
+        120,
+        "Ray to count the head and the new worker",
+    )
+
+
+def test_down_purge_removes_the_resource_group_up_made(azure: AzureCluster) -> None:
     code, out = azure.cli("down", "--purge")
     assert code == 0, out
-    assert "managed identity" in out
+    assert "managed identity" in out and f"resource group {GROUP}" in out
     clients = azure.server.clients()
-    left = [f"{r.type} {r.name}" for r in clients.resource.resources.list_by_resource_group(GROUP)]
-    assert left == []
-    scope = f"/subscriptions/{azure.server.subscription}/resourceGroups/{GROUP}"
-    assert list(clients.authorization.role_assignments.list_for_scope(scope)) == []
+    assert not clients.resource.resource_groups.check_existence(GROUP)
+    assert azure.server.resource_ids() == [], azure.server.resource_ids()

@@ -299,6 +299,9 @@ BAD: list[tuple[str, Callable[[dict[str, Any]], None], str, str]] = [
     ("disk", _set_arm(osDiskSizeGB=0), "osDiskSizeGB", "1"),
     ("tier", _set_arm(osDiskTier="Fast"), "osDiskTier", "Premium_LRS"),
     ("no params", lambda d: d["available_node_types"]["spot"].update(node_config={}), "", "vmSize"),
+    ("root", lambda d: d.update(auth={"ssh_user": "root"}), "auth.ssh_user", "azureuser"),
+    ("admin", lambda d: d.update(auth={"ssh_user": "Admin"}), "auth.ssh_user", "azureuser"),
+    ("guest", lambda d: d.update(auth={"ssh_user": "guest"}), "auth.ssh_user", "azureuser"),
 ]
 
 

@@ -235,6 +235,17 @@ def test_arm_errors(azure: Clients, server: AzureServer) -> None:
     with pytest.raises(ResourceNotFoundError) as missing:
         c.compute.virtual_machines.get("rg1", "vm")
     assert missing.value.error.code == "ResourceNotFound"
+    # Azure's reserved admin user names, in any case, as its Compute API answers them.
+    for reserved in ("root", "Admin", "guest"):
+        model = vm_model(nic.id)
+        model.os_profile.admin_username = reserved
+        with pytest.raises(HttpResponseError) as refused:
+            c.compute.virtual_machines.begin_create_or_update("rg1", "vm3", model)
+        assert refused.value.status_code == 400, reserved
+        assert refused.value.error.code == "InvalidParameter"
+        assert refused.value.error.message == "The Admin Username specified is not allowed."
+        assert refused.value.error.target == "adminUsername"
+    assert server.vm("vm3") is None
     c.compute.virtual_machines.begin_create_or_update("rg1", "vm1", vm_model(nic.id)).result()
     with pytest.raises(HttpResponseError) as in_use:
         c.network.network_interfaces.begin_delete("rg1", "nic1")

@@ -45,6 +45,18 @@ _POWER_TEXT = {
 }
 
 
+# The adminUsername values Azure refuses (its Compute API reference, "Disallowed values"),
+# without case: 400 InvalidParameter, "The Admin Username specified is not allowed."
+RESERVED_ADMIN_USERS = frozenset(
+    {
+        *("administrator", "admin", "admin1", "admin2", "adm", "actuser", "aspnet", "backup"),
+        *("console", "david", "guest", "john", "owner", "root", "server", "sql", "support"),
+        *("support_388945a0", "sys", "test", "test1", "test2", "test3", "user", "user1"),
+        *("user2", "user3", "user4", "user5", "1", "123", "a"),
+    }
+)
+
+
 @dataclass(frozen=True)
 class VmView:
     """A VM as the fake holds it (for assertions and AzureHosts)."""
@@ -660,6 +672,13 @@ def _validate_vm(  # noqa: PLR0915 (one check after another)
                 400,
                 "InvalidParameter",
                 "Required parameter 'osProfile.adminUsername' is missing (null).",
+                target="adminUsername",
+            )
+        if str(os_profile["adminUsername"]).lower() in RESERVED_ADMIN_USERS:
+            raise ArmError(
+                400,
+                "InvalidParameter",
+                "The Admin Username specified is not allowed.",
                 target="adminUsername",
             )
         custom = os_profile.get("customData")

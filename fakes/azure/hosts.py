@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 import shutil
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fakes.hosts.instances import InstanceHostWatcher
@@ -35,8 +36,11 @@ class AzureHosts(InstanceHostWatcher["VmView"]):
     only `server.machine_env(vm)` (the VM's IMDS and the CA), as a real VM has, so what
     else a session needs must come from the launcher.
 
-    A host lets root in with the VM's osProfile.linuxConfiguration.ssh.publicKeys (whatever
-    adminUsername says) plus `extra_keys`, re-read on every pass. Sessions get
+    A host lets root and the VM's adminUsername in with the VM's
+    osProfile.linuxConfiguration.ssh.publicKeys plus `extra_keys`, re-read on every pass.
+    The admin user is an alias of root in the host's own /etc/passwd (uid 0, home /root):
+    it logs in by its name, as on Azure, but is not a separate unprivileged account (on
+    Azure it is one, with passwordless sudo). Sessions get
     `server.host_env(vm)`: the VM's own IMDS (AZURE_POD_IDENTITY_AUTHORITY_HOST), ARM,
     Entra, the CA bundle and AZURE_CLIENT_ID of its user-assigned identity, so
     ManagedIdentityCredential / DefaultAzureCredential on the host get the identity's token
@@ -104,6 +108,13 @@ class AzureHosts(InstanceHostWatcher["VmView"]):
         assert view.private_ip is not None
         host = IsolatedHost(view.private_ip, self._keys(view))
         host.extra_ips = [ip for ip in view.public_ips if ipaddress.ip_address(ip) in LOOPBACK]
+        admin = view.admin_username
+        if admin and admin != "root":
+            passwd = host.root / "passwd"
+            text = Path("/etc/passwd").read_text()
+            passwd.write_text(text + f"{admin}:x:0:0:{admin}:/root:/bin/bash\n")
+            host.overlays["/etc/passwd"] = str(passwd)
+            host.logins.append(admin)
         if self.sessions == "machine":
             env = self.server.machine_env(view.vm_id)
         else:

@@ -301,6 +301,11 @@ class IsolatedHost:
         # More addresses its sshd listens on (port 22), e.g. a cloud VM's public IP; read
         # when the host starts.
         self.extra_ips: list[str] = []
+        # The users sshd lets in (root's aliases a host's /etc/passwd adds), and files of
+        # this box bound over the host's own paths, e.g. {"/etc/passwd": copy}; read when
+        # the host starts.
+        self.logins: list[str] = ["root"]
+        self.overlays: dict[str, str] = {}
         self._unshare: subprocess.Popen[bytes] | None = None
         self._init_pid: int | None = None  # this box's PID of the host's PID 1 (sshd)
         self._pid_ns: str | None = None
@@ -362,6 +367,7 @@ class IsolatedHost:
             f"mount --rbind {q(str(self.home))} /root",
             f"mount --rbind {q(str(self.tmp))} /tmp",
             "mount -t tmpfs -o size=2g,mode=1777 tmpfs /dev/shm",
+            *(f"mount --bind {q(src)} {q(target)}" for target, src in self.overlays.items()),
             f"exec {q(SSHD)} -D -e -f {q(str(self._write_config()))}",
         ]
         return "\n".join(steps)
@@ -376,7 +382,7 @@ class IsolatedHost:
                     f"HostKey {self.host_key}",
                     f"AuthorizedKeysFile {self.root / 'authorized_keys'}",
                     "PidFile none",
-                    "AllowUsers root",
+                    f"AllowUsers {' '.join(self.logins)}",
                     *self.sshd_options,
                     *SSHD_COMMON,
                 ]

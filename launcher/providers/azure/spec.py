@@ -51,6 +51,16 @@ _KNOWN = {
     "allow_ssh_from",
     "head_python",
 }
+# The names Azure refuses as a VM's adminUsername (auth.ssh_user here), as its Compute API
+# reference lists them ("Disallowed values"), compared without case.
+RESERVED_ADMIN_USERS = frozenset(
+    {
+        *("administrator", "admin", "admin1", "admin2", "adm", "actuser", "aspnet", "backup"),
+        *("console", "david", "guest", "john", "owner", "root", "server", "sql", "support"),
+        *("support_388945a0", "sys", "test", "test1", "test2", "test3", "user", "user1"),
+        *("user2", "user3", "user4", "user5", "1", "123", "a"),
+    }
+)
 _TASK_MEMORY_SHARE = 0.7  # Ray's: what remains for tasks once the object store takes its share
 _DEFAULT_LOCATION = "westus2"
 _DEFAULT_GROUP = "ray-cluster"
@@ -111,6 +121,21 @@ def _zone_problems(value: object, path: YamlPath) -> list[Problem]:
         )
         for zone in (z.strip() for z in text.split(","))
         if not _ZONE.match(zone)
+    ]
+
+
+def _check_admin_user(merged: Mapping[str, Any]) -> list[Problem]:
+    """auth.ssh_user is each VM's adminUsername: Azure refuses its reserved names."""
+    auth = merged.get("auth")
+    user = auth.get("ssh_user") if isinstance(auth, Mapping) else None
+    if not isinstance(user, str) or user.lower() not in RESERVED_ADMIN_USERS:
+        return []
+    return [
+        Problem(
+            ("auth", "ssh_user"),
+            f"Azure refuses {user!r} as a VM's admin user (one of its reserved names)",
+            "use another name, such as `ssh_user: azureuser`; it gets passwordless sudo",
+        )
     ]
 
 
@@ -455,7 +480,7 @@ class AzureSpec(ProviderSpec):
         return problems
 
     def check(self, merged: Mapping[str, Any]) -> list[Problem]:
-        problems = _check_provider(_provider_section(merged))
+        problems = _check_provider(_provider_section(merged)) + _check_admin_user(merged)
         params = self._arm_schema().get("properties", {})
         known = set(params)
         for name, node_config in _node_types(merged):

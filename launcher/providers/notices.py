@@ -5,9 +5,13 @@ workers). It runs in the background with the Python that has Ray there, one per 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
+from launcher.config.model import ClusterConfig
 from launcher.providers import notice_watch
+from launcher.providers.nodes import Node, NodeKind
 
 LABEL = "launcher-notice-watch"
 
@@ -33,3 +37,20 @@ def watcher_command(node_id: str, gcs_port: int, cloud: str = "aws") -> str:
         f"nohup sh -c {shlex.quote(inner)} > ~/.launcher-notice-watch.log 2>&1 < /dev/null & "
         f"echo $! > {pid_file}"
     )
+
+
+def spot_worker_watcher(
+    config: ClusterConfig,
+    node: Node,
+    gcs_port: int,
+    is_spot: Callable[[Mapping[str, Any]], bool],
+    cloud: str,
+) -> tuple[str, ...]:
+    """The commands run after Ray starts on `node` (`NodeAccess.after_ray_start`): the
+    watcher, on a worker whose type `is_spot` says is spot; nothing elsewhere."""
+    node_type = config.node_types.get(node.node_type)
+    if node.kind is not NodeKind.WORKER or node_type is None:
+        return ()
+    if not is_spot(node_type.node_config):
+        return ()
+    return (watcher_command(node.id, gcs_port, cloud=cloud),)

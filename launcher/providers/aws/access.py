@@ -8,8 +8,8 @@ from collections.abc import Mapping
 
 from launcher.config.model import ClusterConfig
 from launcher.providers.aws.launch import is_spot
-from launcher.providers.nodes import Node, NodeKind
-from launcher.providers.notices import watcher_command
+from launcher.providers.nodes import Node
+from launcher.providers.notices import spot_worker_watcher
 from launcher.providers.ssh_access import SshNodeAccess
 
 
@@ -33,9 +33,4 @@ class AwsAccess(SshNodeAccess):
         return f"{self._private_ips.get(head.id, head.ip)}:{self.gcs_port()}"
 
     def after_ray_start(self, node: Node) -> tuple[str, ...]:
-        node_type = self.config.node_types.get(node.node_type)
-        if node.kind is not NodeKind.WORKER or node_type is None:
-            return ()
-        if not is_spot(node_type.node_config):
-            return ()
-        return (watcher_command(node.id, self.gcs_port()),)
+        return spot_worker_watcher(self.config, node, self.gcs_port(), is_spot, "aws")

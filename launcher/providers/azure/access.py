@@ -28,7 +28,7 @@ from launcher.providers.azure.clients import (
 )
 from launcher.providers.azure.model import AzureProviderConfig, is_spot
 from launcher.providers.nodes import Node, NodeKind
-from launcher.providers.notices import watcher_command
+from launcher.providers.notices import spot_worker_watcher
 from launcher.providers.ssh_access import SshNodeAccess
 
 # The variable ManagedIdentityCredential reads to pick a user-assigned identity.
@@ -76,9 +76,4 @@ class AzureAccess(SshNodeAccess):
         return env
 
     def after_ray_start(self, node: Node) -> tuple[str, ...]:
-        node_type = self.config.node_types.get(node.node_type)
-        if node.kind is not NodeKind.WORKER or node_type is None:
-            return ()
-        if not is_spot(node_type.node_config):
-            return ()
-        return (watcher_command(node.id, self.gcs_port(), cloud="azure"),)
+        return spot_worker_watcher(self.config, node, self.gcs_port(), is_spot, "azure")

@@ -600,7 +600,8 @@ def _validate_vm(  # noqa: PLR0915 (one check after another)
         )
     if priority == "Low":
         priority = "Spot"
-    eviction = props.get("evictionPolicy")
+    # An empty evictionPolicy is taken as none (Ray's VM template sends '' for Regular VMs).
+    eviction = props.get("evictionPolicy") or None
     if priority == "Spot":
         eviction = eviction or "Deallocate"
         if eviction not in ("Deallocate", "Delete"):

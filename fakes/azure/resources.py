@@ -236,15 +236,20 @@ def operation_status(ctx: Ctx) -> Reply:
 _CLAUSE = re.compile(
     r"^\s*(tagname|tagvalue|resourcetype|name|location)\s+eq\s+'((?:[^']|'')*)'\s*$", re.I
 )
+_SUBSTRING = re.compile(r"^\s*substringof\(\s*'((?:[^']|'')*)'\s*,\s*name\s*\)\s*$", re.I)
 
 
 def parse_filter(text: str | None) -> list[tuple[str, str]]:
     """ARM's `$filter` on resource lists: clauses `FIELD eq 'VALUE'` joined by `and`
-    (tagName, tagValue, resourceType, name, location). Others: 400 InvalidFilterInQueryString."""
+    (tagName, tagValue, resourceType, name, location) and `substringof('TEXT', name)`. Others: 400 InvalidFilterInQueryString."""
     if not text:
         return []
     clauses = []
     for part in re.split(r"\s+and\s+", text.strip(), flags=re.I):
+        contains = _SUBSTRING.match(part)
+        if contains is not None:
+            clauses.append(("substringof", contains.group(1).replace("''", "'")))
+            continue
         match = _CLAUSE.match(part)
         if match is None:
             raise ArmError(
@@ -267,6 +272,8 @@ def matches(body: dict[str, Any], clauses: list[tuple[str, str]]) -> bool:
         if field == "resourcetype" and str(body.get("type", "")).lower() != value.lower():
             return False
         if field == "name" and str(body.get("name", "")).lower() != value.lower():
+            return False
+        if field == "substringof" and value.lower() not in str(body.get("name", "")).lower():
             return False
         if field == "location" and str(body.get("location", "")).lower() != value.lower():
             return False

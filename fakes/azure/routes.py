@@ -26,6 +26,8 @@ KINDS = {
         "Microsoft.Network/publicIPAddresses",
         "Microsoft.Network/networkInterfaces",
         "Microsoft.ManagedIdentity/userAssignedIdentities",
+        "Microsoft.Resources/deployments",
+        "Microsoft.Compute/skus",
     )
 }
 CHILD_KINDS = {

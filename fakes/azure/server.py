@@ -16,8 +16,10 @@ Modules: faults.py (calls, faults, ARM error bodies), routes.py (which operation
 names), store.py (resources), lro.py (long-running operations), tokens.py (Entra,
 principals, tokens), certs.py (the CA), catalog.py (VM sizes, zones), resources.py
 (subscriptions, resource groups, generic resources), network.py, compute.py,
-identity.py (managed identities, role assignments, authorization), imds.py (each VM's
-IMDS), hosts.py (VMs as SSH hosts). Self-test: tests/test_fake_azure.py.
+identity.py (managed identities, role assignments, authorization), deployments.py and
+templates.py (ARM template deployments, each resource made through the handlers above),
+skus.py (resource SKUs), imds.py (each VM's IMDS), hosts.py (VMs as SSH hosts).
+Self-tests: tests/test_fake_azure.py, tests/test_fake_azure_templates.py.
 
 Wire facts (from the SDK's own code in .venv, checked by the self-test where marked *):
 - * ARM and Entra are HTTPS (azure-core's BearerTokenCredentialPolicy refuses http): one
@@ -69,7 +71,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-from fakes.azure import compute, identity, imds, network, resources  # noqa: F401 (handlers)
+from fakes.azure import (  # noqa: F401 (handlers)
+    compute,
+    deployments,
+    identity,
+    imds,
+    network,
+    resources,
+    skus,
+)
 from fakes.azure.catalog import SIZES, Size
 from fakes.azure.certs import make_certs
 from fakes.azure.compute import VmView
@@ -422,6 +432,7 @@ class AzureServer:
             self.ops.clear()
             self.tokens.clear()
             self.identity.reset()
+            self.__dict__.pop("_deployments", None)
             self.capacity.clear()
             self.restricted.clear()
             self.quotas.clear()

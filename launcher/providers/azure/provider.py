@@ -343,7 +343,8 @@ class AzureProvider(NodeProvider):
                 self._delete_network_of(name)
                 return None, f"{code}: {arm_message(exc).split(': ', 1)[-1]}"
             raise ProviderError(f"{name}: launch refused: {arm_message(exc)}") from exc
-        vm = compute.virtual_machines.get(self.group, vm.name, expand="instanceView")
+        # As created (no instance view: listed PENDING until a listing shows it running),
+        # without reading each VM once more.
         self._remember_identities([vm])
         return to_node(vm, self.internal), ""
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
+from bench import common
 from bench.common import expect, show_time, silence_ray_logs
 from fakes.aws.server import MotoServer, amazon_image, loopback_vpc
 from launcher.config.loader import Overrides, parse_config
@@ -377,15 +378,7 @@ SHORT = {
 
 
 def show_calls(measure: Measure, per: int = 1) -> str:
-    parts = []
-    for action, n in sorted(
-        measure.calls.items(), key=lambda kv: list(SHORT).index(kv[0]) if kv[0] in SHORT else 99
-    ):
-        if n:
-            value = n / per
-            text = f"{value:g}" if value == int(value) else f"{value:.1f}"
-            parts.append(f"{text} {SHORT.get(action, action)}")
-    return " + ".join(parts) or "none"
+    return common.show_calls(measure.calls, SHORT, per)
 
 
 ROWS = {

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
+from bench import common
 from bench.common import expect, show_time, silence_ray_logs, wait_for
 from fakes.azure.server import AzureServer
 from launcher.config.loader import Overrides, parse_config
@@ -528,16 +529,7 @@ def median_measure(measures: Sequence[Measure]) -> Measure:
 
 
 def show_calls(measure: Measure, per: int = 1) -> str:
-    order = list(SHORT)
-    parts = []
-    for op, n in sorted(
-        measure.calls.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99
-    ):
-        if n:
-            value = n / per
-            text = f"{value:g}" if value == int(value) else f"{value:.1f}"
-            parts.append(f"{text} {SHORT.get(op, op)}")
-    return " + ".join(parts) or "none"
+    return common.show_calls(measure.calls, SHORT, per)
 
 
 def total_calls(measure: Measure, per: int = 1) -> float:

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from bench import common
 from bench.common import expect, show_time, silence_ray_logs, wait_for
 from fakes.gce.server import PROJECT, GceServer
 from launcher.autoscaler.daemon import Daemon
@@ -390,16 +391,7 @@ SHORT = {
 
 
 def show_calls(measure: Measure, per: int = 1) -> str:
-    order = list(SHORT)
-    parts = []
-    for method, n in sorted(
-        measure.calls.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 99
-    ):
-        if n:
-            value = n / per
-            text = f"{value:g}" if value == int(value) else f"{value:.1f}"
-            parts.append(f"{text} {SHORT.get(method, method)}")
-    return " + ".join(parts) or "none"
+    return common.show_calls(measure.calls, SHORT, per)
 
 
 def total_calls(measure: Measure, per: int = 1) -> float:

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -61,3 +61,18 @@ def silence_ray_logs(stack: contextlib.ExitStack) -> None:
     for handler in logging.getLogger("ray").handlers:
         if isinstance(handler, logging.StreamHandler):
             handler.setStream(sink)
+
+
+def show_calls(calls: Mapping[str, int], short: Mapping[str, str], per: int = 1) -> str:
+    """`calls` (operation -> count) as "2 list + 1 delete", per `per` actions, in the order
+    of `short` (operation -> its short name), the others after."""
+    order = list(short)
+    parts = []
+    for operation, n in sorted(
+        calls.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)
+    ):
+        if n:
+            value = n / per
+            text = f"{value:g}" if value == int(value) else f"{value:.1f}"
+            parts.append(f"{text} {short.get(operation, operation)}")
+    return " + ".join(parts) or "none"

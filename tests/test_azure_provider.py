@@ -217,3 +217,26 @@ def test_an_evicted_spot_worker_is_deleted_when_answered_never_kept_for_reuse(
     assert again.id == kept.id  # resumed where no zone is avoided
     head.terminate_nodes([fresh.id, again.id])
     head.cleanup(purge=True)
+
+
+def test_with_internal_ips_a_refused_worker_costs_no_public_ip_call(server: AzureServer) -> None:
+    """A worker refused for capacity had no public IP made (use_internal_ips): none is
+    deleted either (it was one ARM call wasted per refused node, answered 404)."""
+    text = CONFIG.format(name="c-int", group="rg-int").replace(
+        "  subnet_mask:", "  use_internal_ips: true\n  subnet_mask:"
+    )
+    config = parse_config(text, "inline")
+    provider = AzureProvider(config)
+    provider.bootstrap()
+    server.set_capacity("Standard_D2s_v3", 0, zone="1")
+    try:
+        server.clear_calls()
+        spot = config.node_types["spot"]
+        (made,) = provider.create_nodes(spot, NodeKind.WORKER, 1, {}, request_id="int")
+        assert made.zone == "2"
+        assert server.calls("virtualMachines.create*")  # zone 1 was tried and refused
+        assert server.calls("publicIPAddresses.*") == []
+    finally:
+        server.set_capacity("Standard_D2s_v3", 100, zone="1")
+        provider.terminate_nodes([n.id for n in provider.nodes()])
+        provider.cleanup(purge=True)

@@ -313,7 +313,7 @@ class AzureProvider(NodeProvider):
                 ),
             ).result()
         except Exception as exc:
-            self._delete_network_of(name)
+            self._delete_network_of(name, self._wants_public_ip(launch.kind))
             raise ProviderError(
                 f"{name}: cannot make its network interface: {arm_message(exc)}"
             ) from exc
@@ -340,7 +340,7 @@ class AzureProvider(NodeProvider):
             code = arm_code(exc)
             if code in CAPACITY_CODES or code in QUOTA_CODES:
                 self._delete_vms([name])
-                self._delete_network_of(name)
+                self._delete_network_of(name, public_ip is not None)
                 return None, f"{code}: {arm_message(exc).split(': ', 1)[-1]}"
             raise ProviderError(f"{name}: launch refused: {arm_message(exc)}") from exc
         # As created (no instance view: listed PENDING until a listing shows it running),
@@ -393,13 +393,14 @@ class AzureProvider(NodeProvider):
             with ThreadPoolExecutor(min(LAUNCH_THREADS, len(unique))) as pool:
                 list(pool.map(delete, unique))
 
-    def _delete_network_of(self, name: str) -> None:
-        """A node's NIC and public IP, when its VM never took them."""
+    def _delete_network_of(self, name: str, public_ip: bool) -> None:
+        """A node's NIC (and its public IP, when it was given one), when its VM never took
+        them."""
         network = self.clients.network
-        for operations, resource in (
-            (network.network_interfaces, names.nic_name(name)),
-            (network.public_ip_addresses, names.public_ip_name(name)),
-        ):
+        made: list[tuple[Any, str]] = [(network.network_interfaces, names.nic_name(name))]
+        if public_ip:
+            made.append((network.public_ip_addresses, names.public_ip_name(name)))
+        for operations, resource in made:
             try:
                 operations.begin_delete(self.group, resource).result()
             except Exception as exc:

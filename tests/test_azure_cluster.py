@@ -3,7 +3,8 @@
 address running real Ray (fakes/azure/hosts.py). The VMs' sessions have only what a real
 VM has (its metadata service, trusted CAs): the subscription, the endpoints and the head's
 identity come from the launcher, and the autoscaler on the head launches the spot worker
-as that identity, hears its eviction notice and replaces it. One cluster for the module;
+as that identity, hears its eviction notice and replaces it; a script is submitted and files
+copied both ways. One cluster for the module;
 `down --purge` removes the resource group `up` made. The admin user is `azureuser`: Azure
 (and the fake) refuse `root`.
 """
@@ -160,6 +161,30 @@ def test_an_evicted_spot_worker_gives_notice_and_is_replaced(azure: AzureCluster
         120,
         "Ray to count the head and the new worker",
     )
+
+
+def test_submit_and_rsync_both_ways_reach_the_head(azure: AzureCluster, tmp_path: Path) -> None:
+    kinds = azure.vms()
+    (head,) = [name for name, kind in kinds.items() if kind == "head"]
+    head_host = azure.hosts.host(head)
+    assert head_host is not None
+    script = tmp_path / "count.py"
+    script.write_text(
+        "import ray\nray.init()\n"
+        'print("submitted sees", sum(n["Alive"] for n in ray.nodes()), "nodes")\n'
+    )
+    code, out = azure.cli("submit", str(script))
+    assert code == 0 and "submitted sees 2 nodes" in out, out
+    local = tmp_path / "up.txt"
+    local.write_text("from the laptop\n")
+    code, out = azure.cli("rsync-up", str(local), "~/from-laptop.txt")
+    assert code == 0, out
+    assert head_host.path("~/from-laptop.txt").read_text() == "from the laptop\n"
+    head_host.path("~/from-head.txt").write_text("made on the head\n")
+    back = tmp_path / "down.txt"
+    code, out = azure.cli("rsync-down", "~/from-head.txt", str(back))
+    assert code == 0, out
+    assert back.read_text() == "made on the head\n"
 
 
 def test_down_purge_removes_the_resource_group_up_made(azure: AzureCluster) -> None:

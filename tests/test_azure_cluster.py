@@ -4,13 +4,15 @@ address running real Ray (fakes/azure/hosts.py). The VMs' sessions have only wha
 VM has (its metadata service, trusted CAs): the subscription, the endpoints and the head's
 identity come from the launcher, and the autoscaler on the head launches the spot worker
 as that identity, hears its eviction notice and replaces it; a script is submitted and files
-copied both ways. One cluster for the module;
+copied both ways; autostop deallocates the idle cluster and `up` starts the same VMs again.
+One cluster for the module;
 `down --purge` removes the resource group `up` made. The admin user is `azureuser`: Azure
 (and the fake) refuse `root`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -185,6 +187,39 @@ def test_submit_and_rsync_both_ways_reach_the_head(azure: AzureCluster, tmp_path
     code, out = azure.cli("rsync-down", "~/from-head.txt", str(back))
     assert code == 0, out
     assert back.read_text() == "made on the head\n"
+
+
+def test_autostop_deallocates_the_idle_cluster_and_up_starts_the_same_vms(
+    azure: AzureCluster,
+) -> None:
+    before = azure.vms()
+    code, out = azure.cli("autostop", "-i", "0.1")
+    assert code == 0, out
+
+    def power() -> dict[str, str]:
+        return {v.name: v.power for v in azure.server.vms() if v.name in before}
+
+    wait_for(
+        lambda: set(power().values()) == {"deallocated"},
+        240,
+        "every VM of the idle cluster deallocated",
+    )
+    (head,) = [name for name, kind in before.items() if kind == "head"]
+    head_vm = next(v for v in azure.server.vms() if v.name == head)
+    assert head_vm.tags.get("launcher-autostopped")
+    listed = run("list", "--refresh", "--json", env=azure.env)
+    assert listed.returncode == 0, listed.stderr
+    (row,) = json.loads(listed.stdout)["clusters"]
+    assert row["state"] == "autostopped" and row["nodes"] == [], row
+    code, out = azure.cli("up")
+    assert code == 0, out
+    assert azure.vms() == before  # the same VMs, started again
+    assert set(power().values()) == {"running"}
+    wait_for(
+        lambda: "alive 2" in azure.cli("exec", COUNT_NODES)[1],
+        120,
+        "Ray on both started VMs",
+    )
 
 
 def test_down_purge_removes_the_resource_group_up_made(azure: AzureCluster) -> None:

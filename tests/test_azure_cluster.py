@@ -3,8 +3,8 @@
 address running real Ray (fakes/azure/hosts.py). The VMs' sessions have only what a real
 VM has (its metadata service, trusted CAs): the subscription, the endpoints and the head's
 identity come from the launcher, and the autoscaler on the head launches the spot worker
-as that identity, hears its eviction notice and replaces it; a script is submitted and files
-copied both ways; autostop deallocates the idle cluster and `up` starts the same VMs again.
+as that identity, hears its eviction notice and replaces it; a script is submitted, a shell
+attached and files copied both ways; autostop deallocates the idle cluster and `up` starts the same VMs again.
 One cluster for the module;
 `down --purge` removes the resource group `up` made. The admin user is `azureuser`: Azure
 (and the fake) refuse `root`.
@@ -23,7 +23,7 @@ import pytest
 from fakes.azure.hosts import AzureHosts
 from fakes.azure.server import AzureServer
 from fakes.hosts.ssh import COUNT_NODES, isolation_unavailable, ray_start_commands
-from tests.cluster_helpers import run, wait_for
+from tests.cluster_helpers import on_terminal, run, wait_for
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())
@@ -165,7 +165,9 @@ def test_an_evicted_spot_worker_gives_notice_and_is_replaced(azure: AzureCluster
     )
 
 
-def test_submit_and_rsync_both_ways_reach_the_head(azure: AzureCluster, tmp_path: Path) -> None:
+def test_submit_attach_and_rsync_both_ways_reach_the_head(
+    azure: AzureCluster, tmp_path: Path
+) -> None:
     kinds = azure.vms()
     (head,) = [name for name, kind in kinds.items() if kind == "head"]
     head_host = azure.hosts.host(head)
@@ -182,6 +184,9 @@ def test_submit_and_rsync_both_ways_reach_the_head(azure: AzureCluster, tmp_path
     code, out = azure.cli("rsync-up", str(local), "~/from-laptop.txt")
     assert code == 0, out
     assert head_host.path("~/from-laptop.txt").read_text() == "from the laptop\n"
+    typed = b"echo on-$LAUNCHER_NODE_IP-$((6 * 7)); exit 3\n"
+    output, code = on_terminal(["attach", str(azure.path)], azure.env, typed)
+    assert code == 3 and f"on-{head_host.ip}-42" in output, output
     head_host.path("~/from-head.txt").write_text("made on the head\n")
     back = tmp_path / "down.txt"
     code, out = azure.cli("rsync-down", "~/from-head.txt", str(back))

@@ -6,8 +6,10 @@ the environment, ARM's errors as one line."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -82,13 +84,49 @@ def test_known_authorities_and_endpoints() -> None:
     )
 
 
-def test_the_subscription_is_the_configs_else_the_environments_else_a_clear_line() -> None:
+def test_the_subscription_is_the_configs_else_the_environments_else_a_clear_line(
+    tmp_path: Path,
+) -> None:
     sub = "00000000-0000-0000-0000-000000000001"
-    assert subscription_of(_settings(f", subscription_id: '{sub}'"), {}) == sub
-    assert subscription_of(_settings(), {"AZURE_SUBSCRIPTION_ID": sub}) == sub
+    no_cli = {"AZURE_CONFIG_DIR": str(tmp_path)}  # no Azure CLI login here
+    assert subscription_of(_settings(f", subscription_id: '{sub}'"), no_cli) == sub
+    assert subscription_of(_settings(), {**no_cli, "AZURE_SUBSCRIPTION_ID": sub}) == sub
     with pytest.raises(UsageError) as caught:
-        subscription_of(_settings(), {})
+        subscription_of(_settings(), no_cli)
     assert "provider.subscription_id" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_without_one_given_the_subscription_is_the_cli_default_else_the_only_one_seen(
+    tmp_path: Path,
+) -> None:
+    one, two = "00000000-0000-0000-0000-00000000000a", "00000000-0000-0000-0000-00000000000b"
+    cli = {"AZURE_CONFIG_DIR": str(tmp_path)}
+    # `az login` then `az account set`: the profile (written with a byte-order mark) says
+    # which is the default.
+    profile = {"subscriptions": [{"id": one, "isDefault": False}, {"id": two, "isDefault": True}]}
+    (tmp_path / "azureProfile.json").write_text("\ufeff" + json.dumps(profile), "utf-8")
+    assert subscription_of(_settings(), cli, lambda: [one]) == two
+    (tmp_path / "azureProfile.json").unlink()
+    assert subscription_of(_settings(), cli, lambda: [one]) == one
+    with pytest.raises(UsageError) as caught:
+        subscription_of(_settings(), cli, lambda: [two, one])
+    line = str(caught.value)
+    assert f"sees 2 ({one}, {two})" in line and "provider.subscription_id" in line
+    with pytest.raises(UsageError, match="sees none"):
+        subscription_of(_settings(), cli, lambda: [])
+
+
+def test_the_only_subscription_a_login_sees_is_found_through_the_api(
+    server: AzureServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AZURE_SUBSCRIPTION_ID", raising=False)
+    monkeypatch.setenv("AZURE_CONFIG_DIR", str(tmp_path))
+    server.clear_calls()
+    clients = make_clients(_settings(), polling_interval=0.05)
+    assert clients.subscription == server.subscription
+    assert server.calls("subscriptions.list*")
 
 
 def test_the_polling_interval_is_two_seconds_unless_the_environment_says() -> None:

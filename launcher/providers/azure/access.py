@@ -48,6 +48,7 @@ class AzureAccess(SshNodeAccess):
         key: str | None,
         identity_of: Callable[[Node], str | None],
         environ: Mapping[str, str] | None = None,
+        subscription: Callable[[], str] | None = None,
     ) -> None:
         super().__init__(config, key)
         settings = config.provider
@@ -55,6 +56,7 @@ class AzureAccess(SshNodeAccess):
         self.settings = settings
         self._identity_of = identity_of
         self._environ = environ
+        self._subscription = subscription
 
     def _env(self) -> Mapping[str, str]:
         return os.environ if self._environ is None else self._environ
@@ -65,6 +67,8 @@ class AzureAccess(SshNodeAccess):
             return env
         environ = self._env()
         subscription = self.settings.subscription_id or environ.get(SUBSCRIPTION_VARIABLE)
+        if not subscription and self._subscription is not None:
+            subscription = self._subscription()  # found as the clients find it
         if subscription:
             env[SUBSCRIPTION_VARIABLE] = subscription
         for variable in PASSED_VARIABLES:

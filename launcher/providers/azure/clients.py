@@ -12,7 +12,9 @@ endpoints. Imports the Azure SDK only when called.
 - Resource Manager: `AZURE_RESOURCE_MANAGER_ENDPOINT`, else the public cloud's; tokens are
   asked for that endpoint's `/.default` scope.
 - TLS: the SDK's transport honours `REQUESTS_CA_BUNDLE` (a private CA).
-- Subscription: `provider.subscription_id`, else `AZURE_SUBSCRIPTION_ID`.
+- Subscription: `provider.subscription_id`, else `AZURE_SUBSCRIPTION_ID`, else the Azure
+  CLI's default (`az account set`, in `$AZURE_CONFIG_DIR/azureProfile.json`), else the one
+  subscription the credential can see (several: one line naming them).
 - Polling: a long-running operation whose answers carry Retry-After is polled when that
   says (as the SDK does); one without is polled every `LAUNCHER_AZURE_POLL_S` seconds
   (2 by default; the SDK's own default, 30 s, would add up to half a minute to each step of
@@ -21,6 +23,7 @@ endpoints. Imports the Azure SDK only when called.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -82,17 +85,75 @@ def poll_interval(environ: Mapping[str, str] | None = None) -> float:
     return seconds
 
 
-def subscription_of(settings: AzureProviderConfig, environ: Mapping[str, str] | None = None) -> str:
-    """The subscription the cluster lives in: the config's, else the environment's."""
-    found = settings.subscription_id or (environ if environ is not None else os.environ).get(
-        SUBSCRIPTION_VARIABLE
-    )
-    if not found:
+SUBSCRIPTION_FIX = (
+    f"set provider.subscription_id in the cluster config, or {SUBSCRIPTION_VARIABLE} "
+    "(`az account show --query id -o tsv`)"
+)
+
+
+def subscription_of(
+    settings: AzureProviderConfig,
+    environ: Mapping[str, str] | None = None,
+    visible: Callable[[], list[str]] | None = None,
+) -> str:
+    """The subscription the cluster lives in: the config's, else the environment's, else
+    the Azure CLI's default, else the only one `visible` (the credential's) lists."""
+    env = environ if environ is not None else os.environ
+    found = settings.subscription_id or env.get(SUBSCRIPTION_VARIABLE) or cli_default(env)
+    if found:
+        return found
+    seen = visible() if visible is not None else []
+    if len(seen) == 1:
+        return seen[0]
+    if not seen:
         raise UsageError(
-            "no Azure subscription given; set provider.subscription_id in the cluster "
-            f"config, or {SUBSCRIPTION_VARIABLE} (`az account show --query id -o tsv`)"
+            f"no Azure subscription given, and your login sees none; {SUBSCRIPTION_FIX}"
         )
-    return found
+    raise UsageError(
+        f"no Azure subscription given, and your login sees {len(seen)} "
+        f"({', '.join(sorted(seen))}); {SUBSCRIPTION_FIX}"
+    )
+
+
+def cli_default(environ: Mapping[str, str]) -> str | None:
+    """The subscription `az account set` made the default, if the Azure CLI is logged in
+    here (its profile: `$AZURE_CONFIG_DIR`, else ~/.azure)."""
+    folder = environ.get("AZURE_CONFIG_DIR") or os.path.expanduser("~/.azure")
+    try:
+        with open(os.path.join(folder, "azureProfile.json"), encoding="utf-8-sig") as profile:
+            data = json.load(profile)
+    except (OSError, ValueError):
+        return None
+    accounts = data.get("subscriptions") if isinstance(data, dict) else None
+    for account in accounts if isinstance(accounts, list) else []:
+        if isinstance(account, dict) and account.get("isDefault") and account.get("id"):
+            return str(account["id"])
+    return None
+
+
+def visible_subscriptions(credential: Any, endpoint: str, **options: Any) -> list[str]:
+    """The enabled subscriptions `credential` can see (the subscriptions API)."""
+    try:
+        from azure.mgmt.resource.subscriptions import SubscriptionClient
+    except ImportError as exc:
+        raise UsageError(
+            "no Azure subscription given, and azure-mgmt-resource-subscriptions (to find "
+            f"yours) is not installed: pip install 'launcher[azure]'; or {SUBSCRIPTION_FIX}"
+        ) from exc
+    client = SubscriptionClient(
+        credential, base_url=endpoint, credential_scopes=[credential_scope(endpoint)], **options
+    )
+    try:
+        listed = list(client.subscriptions.list())
+    except Exception as exc:
+        raise ProviderError(
+            f"cannot list your Azure subscriptions ({arm_message(exc)}); {SUBSCRIPTION_FIX}"
+        ) from exc
+
+    def state(subscription: Any) -> str:  # an enum of str in the SDK's models
+        return str(getattr(subscription.state, "value", subscription.state) or "").lower()
+
+    return [str(s.subscription_id) for s in listed if state(s) == "enabled"]
 
 
 def make_credential(environ: Mapping[str, str] | None = None) -> Any:
@@ -165,10 +226,16 @@ def make_clients(
 ) -> AzureClients:
     """The clients for `settings`, from this process's environment (or `environ`).
     `options` go to every client (e.g. `polling_interval`)."""
+    credential = make_credential(environ)
+    endpoint = resource_manager(environ)
     return AzureClients(
-        credential=make_credential(environ),
-        subscription=subscription_of(settings, environ),
-        endpoint=resource_manager(environ),
+        credential=credential,
+        subscription=subscription_of(
+            settings,
+            environ,
+            lambda: visible_subscriptions(credential, endpoint, **options),
+        ),
+        endpoint=endpoint,
         options=options,
     )
 

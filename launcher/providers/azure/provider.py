@@ -106,7 +106,9 @@ class AzureProvider(NodeProvider):
         # VM name -> client id of the identity it runs as, as listings fill it in (the
         # head's commands act as that identity: AzureAccess.node_env).
         self._client_ids: dict[str, str] = {}
-        self.access = AzureAccess(config, self._key, self._identity_client_id)
+        self.access = AzureAccess(
+            config, self._key, self._identity_client_id, subscription=self._subscription
+        )
         self._public_key: str | None = None  # read from the key file once
         self.traits = dataclasses.replace(
             type(self).traits,
@@ -194,6 +196,11 @@ class AzureProvider(NodeProvider):
             raise ProviderError(f"cannot list VMs of {self.group}: {arm_message(exc)}") from exc
         self._remember_identities(found)
         return found
+
+    def _subscription(self) -> str:
+        """The subscription the clients use (the config's, the environment's, the Azure CLI's
+        default or the only one the login sees)."""
+        return str(self.clients.subscription)
 
     def _remember_identities(self, vms: Iterable[Any]) -> None:
         with self._lock:

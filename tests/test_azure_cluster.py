@@ -13,7 +13,6 @@ One cluster for the module;
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 from fakes.azure.hosts import AzureHosts
 from fakes.azure.server import AzureServer
 from fakes.hosts.ssh import COUNT_NODES, isolation_unavailable, ray_start_commands
+from tests.azure_clusters import azure_vms, cli_env
 from tests.cluster_helpers import on_terminal, run, wait_for
 
 pytestmark = pytest.mark.skipif(
@@ -88,22 +88,12 @@ class AzureCluster:
 @pytest.fixture(scope="module")
 def azure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureCluster]:
     tmp = tmp_path_factory.mktemp("azure")
-    with (
-        AzureServer(retry_after=0, lro_s=0.05) as server,
-        AzureHosts(server, sessions="machine") as hosts,
-    ):
+    with azure_vms() as (server, hosts):
         path = tmp / "cluster.yaml"
         path.write_text(CONFIG)
-        env = {
-            **os.environ,
-            **server.env(),
-            "LAUNCHER_HOME": str(tmp / "home"),
-            "LAUNCHER_AZURE_POLL_S": "0.1",
-        }
-        cluster = AzureCluster(server, hosts, path, env)
+        cluster = AzureCluster(server, hosts, path, cli_env(server, tmp / "home"))
         yield cluster
         cluster.cli("down", "--purge")
-        hosts.check()
 
 
 def test_up_runs_ray_on_azure_vms_and_the_head_acts_as_its_identity(azure: AzureCluster) -> None:

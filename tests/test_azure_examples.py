@@ -11,7 +11,6 @@ containers (the test hosts have no engine: tests/test_podman.py covers container
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from fakes.azure.hosts import AzureHosts
 from fakes.azure.server import AzureServer
 from fakes.hosts.ssh import isolation_unavailable
+from tests.azure_clusters import azure_vms, cli_env
 from tests.cluster_helpers import run
 from tests.conftest import RAY_EXAMPLES
 
@@ -83,12 +82,8 @@ def head_parameters(data: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def azure() -> Iterator[AzureServer]:
-    with (
-        AzureServer(retry_after=0, lro_s=0.05) as server,
-        AzureHosts(server, sessions="machine") as hosts,
-    ):
+    with azure_vms() as (server, _hosts):
         yield server
-        hosts.check()
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: "/".join(p.parts[-2:]))
@@ -98,12 +93,7 @@ def test_each_example_comes_up_with_its_node_types_as_written(
     data = for_this_machine(example)
     path = tmp_path / example.name
     path.write_text(yaml.safe_dump(data))
-    env = {
-        **os.environ,
-        **azure.env(),
-        "LAUNCHER_HOME": str(tmp_path / "home"),
-        "LAUNCHER_AZURE_POLL_S": "0.1",
-    }
+    env = cli_env(azure, tmp_path / "home")
     cluster = data["cluster_name"]
     group = data["provider"]["resource_group"]
     try:

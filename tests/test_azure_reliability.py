@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from fakes.azure.hosts import AzureHosts
 from fakes.azure.server import AzureServer
 from fakes.hosts.ssh import isolation_unavailable
+from tests.azure_clusters import azure_vms, cli_env
 from tests.cluster_helpers import killed_after, run
 
 pytestmark = pytest.mark.skipif(
@@ -83,22 +83,13 @@ class Chaos:
 @pytest.fixture(scope="module")
 def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
     tmp = tmp_path_factory.mktemp("azure-chaos")
-    with (
-        AzureServer(retry_after=0, lro_s=0.05) as server,
-        AzureHosts(server, sessions="machine") as hosts,
-    ):
+    with azure_vms() as (server, _hosts):
         path = tmp / "cluster.yaml"
         path.write_text(CONFIG)
-        env = {
-            **os.environ,
-            **server.env(),
-            "LAUNCHER_HOME": str(tmp / "home"),
-            "LAUNCHER_AZURE_POLL_S": "0.1",
-        }
+        env = cli_env(server, tmp / "home")
         made = Chaos(server, path, env)
         yield made
         run("down", "-y", "--purge", str(path), env=env, timeout=300)
-        hosts.check()
 
 
 @pytest.mark.parametrize("index", range(RUNS))

@@ -108,9 +108,14 @@ def test_up_runs_ray_on_azure_vms_and_the_head_acts_as_its_identity(azure: Azure
     head_host, spot_host = azure.hosts.host(head), azure.hosts.host(spot)
     assert head_host is not None and spot_host is not None
     assert head_host.path("~/setup.log").read_text().startswith("setup on 127.19.")
-    # The spot worker was made by the head's autoscaler, with the head identity's token.
-    creates = [c.call for c in azure.server.calls("virtualMachines.create") if c.call.name == spot]
-    assert creates and all(c.origin == head for c in creates), [c.origin for c in creates]
+    # The spot worker was made by the head's autoscaler, with the head identity's token: its
+    # VM by the deployment the head sent.
+    (create,) = [
+        c.call for c in azure.server.calls("virtualMachines.create") if c.call.name == spot
+    ]
+    deployment = str(create.origin).removeprefix("deployment:")
+    sent = [c.call for c in azure.server.calls("deployments.create*") if c.call.name == deployment]
+    assert sent and all(c.origin == head for c in sent), [c.origin for c in sent]
     # ... and it watches Azure's Scheduled Events for its eviction notice.
     wait_for(
         lambda: spot_host.path("~/.launcher-notice-watch.pid").is_file(),

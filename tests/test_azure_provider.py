@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -236,6 +237,102 @@ def test_with_internal_ips_a_refused_worker_costs_no_public_ip_call(server: Azur
         assert made.zone == "2"
         assert server.calls("virtualMachines.create*")  # zone 1 was tried and refused
         assert server.calls("publicIPAddresses.*") == []
+    finally:
+        server.set_capacity("Standard_D2s_v3", 100, zone="1")
+        provider.terminate_nodes([n.id for n in provider.nodes()])
+        provider.cleanup(purge=True)
+
+
+def _resources(server: AzureServer, kind: str, group: str) -> list[dict[str, Any]]:
+    """The fake's resources of `kind` in `group`, as it holds them."""
+    marker = f"/resourcegroups/{group}/providers/{kind}/".lower()
+    found = (server.resource(i) for i in server.resource_ids() if marker in i.lower())
+    return [r for r in found if r is not None]
+
+
+def _client_calls(server: AzureServer, operation: str) -> list[str]:
+    """The provider's own calls of `operation` (not those the fake's deployment engine made
+    on its behalf, whose origin is the deployment)."""
+    return [
+        c.operation
+        for c in server.calls(operation)
+        if not str(c.call.origin or "").startswith("deployment:")
+    ]
+
+
+def test_a_launch_is_one_deployment_whose_output_gives_the_addresses(server: AzureServer) -> None:
+    """Three workers in one zone: one listing, then one template deployment (no NIC or VM
+    call of the provider's own, no read of each VM), the nodes' addresses from its output; a provider
+    that did not launch them (the head's) learns them with one NIC listing, then none; the
+    same request again makes nothing more."""
+    config = _config("c-dep", "rg-dep")
+    provider = AzureProvider(config)
+    provider.bootstrap()
+    spot = config.node_types["spot"]
+    try:
+        server.clear_calls()
+        made = provider.create_nodes(spot, NodeKind.WORKER, 3, {}, request_id="dep")
+        assert len(made) == 3 and all(n.ip for n in made)
+        assert len(_client_calls(server, "deployments.create*")) == 1
+        for operation in ("networkInterfaces.*", "publicIPAddresses.*"):
+            assert _client_calls(server, operation) == [], operation
+        # One listing (a repeated request finds what the first made), no VM call of its own.
+        assert _client_calls(server, "virtualMachines.*") == ["virtualMachines.list"]
+        assert {n.zone for n in made} == {"1"}
+        private = {
+            str(nic["name"]).removesuffix("-nic"): nic["properties"]["ipConfigurations"][0][
+                "properties"
+            ]["privateIPAddress"]
+            for nic in _resources(server, "Microsoft.Network/networkInterfaces", "rg-dep")
+        }
+        public = {
+            str(ip["name"]).removesuffix("-ip"): ip["properties"]["ipAddress"]
+            for ip in _resources(server, "Microsoft.Network/publicIPAddresses", "rg-dep")
+        }
+        assert {n.id: n.ip for n in made} == {n.id: public[n.id] for n in made}
+
+        on_head = AzureProvider(config, on_head=True)
+        server.clear_calls()
+        listed = {n.id: n.ip for n in on_head.nodes()}
+        assert listed == {n.id: private[n.id] for n in made}
+        assert len(_client_calls(server, "networkInterfaces.list*")) == 1
+        assert _client_calls(server, "publicIPAddresses.*") == []  # internal: not needed
+        server.clear_calls()
+        assert {n.id: n.ip for n in on_head.nodes()} == listed
+        assert _client_calls(server, "networkInterfaces.*") == []
+
+        server.clear_calls()
+        again = provider.create_nodes(spot, NodeKind.WORKER, 3, {}, request_id="dep")
+        assert sorted(n.id for n in again) == sorted(n.id for n in made)
+        assert _client_calls(server, "deployments.*") == []
+    finally:
+        provider.terminate_nodes([n.id for n in provider.nodes()])
+        provider.cleanup(purge=True)
+
+
+def test_a_zone_out_of_capacity_leaves_nothing_of_what_it_refused(server: AzureServer) -> None:
+    """Zone 1 refuses: the launch's nodes come up in zone 2 under names of their own, and the
+    failed VMs of zone 1, their NICs and public IPs are gone when create_nodes returns."""
+    config = _config("c-full", "rg-full")
+    provider = AzureProvider(config)
+    provider.bootstrap()
+    server.set_capacity("Standard_D2s_v3", 0, zone="1")
+    try:
+        made = provider.create_nodes(
+            config.node_types["spot"], NodeKind.WORKER, 2, {}, request_id="full"
+        )
+        assert [n.zone for n in made] == ["2", "2"] and all(n.ip for n in made)
+        ids = {n.id for n in made}
+        vms = _resources(server, "Microsoft.Compute/virtualMachines", "rg-full")
+        assert {vm["name"] for vm in vms} == ids
+        for kind, suffix in (
+            ("Microsoft.Network/networkInterfaces", "-nic"),
+            ("Microsoft.Network/publicIPAddresses", "-ip"),
+        ):
+            left = {
+                str(r["name"]).removesuffix(suffix) for r in _resources(server, kind, "rg-full")
+            }
+            assert left == ids, kind
     finally:
         server.set_capacity("Standard_D2s_v3", 100, zone="1")
         provider.terminate_nodes([n.id for n in provider.nodes()])

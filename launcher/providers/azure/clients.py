@@ -191,6 +191,16 @@ class AzureClients:
         )
 
     @cached_property
+    def deployments(self) -> Any:
+        """Template deployments (azure-mgmt-resource-deployments: azure-mgmt-resource 26
+        moved them out of its ResourceManagementClient)."""
+        from azure.mgmt.resource.deployments import DeploymentsMgmtClient
+
+        return DeploymentsMgmtClient(
+            self.credential, self.subscription, **self._client_options()
+        ).deployments
+
+    @cached_property
     def compute(self) -> Any:
         from azure.mgmt.compute import ComputeManagementClient
 

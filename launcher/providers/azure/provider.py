@@ -2,14 +2,16 @@
 cluster, kind, type and status. Nodes are reached over SSH (access.py: AzureAccess).
 
 - Listing: one `virtualMachines.list` of the resource group with the instance view, read
-  by vms.py (addresses from the node's tags).
+  by vms.py; addresses are remembered from the deployments (a VM keeps its IPs), else
+  learnt with one listing of the group's NICs (and public IPs) for all unknown VMs.
 - Launching: per node a public IP (unless `use_internal_ips`, or on a worker when only
   the head's is asked with `use_external_head_ip`), a NIC on the cluster's subnet and the
   VM, named from the request (names.vm_name), so a repeated request finds what the first
-  made; the VMs of one launch are created side by side and waited on together. A refusal
-  for capacity (SkuNotAvailable, AllocationFailed, ZonalAllocationFailed,
-  OverconstrainedAllocationRequest) sends the rest to the next zone; a quota ends the
-  launch at once. A VM that failed is deleted with what it owns.
+  made; a launch's nodes in one zone are one ARM template deployment (batch.py), whose
+  output gives their addresses. A refusal for capacity (SkuNotAvailable,
+  AllocationFailed, ZonalAllocationFailed, OverconstrainedAllocationRequest) sends the
+  rest to the next zone under names of their own while what was refused is deleted
+  beside it; a quota ends the launch at once.
 - Removing: `virtualMachines.delete`; its NIC, public IP and OS disk go with it.
 - `cache_stopped_nodes`: freed workers are deallocated (tagged as stopped by the
   launcher) and started again for a later launch of their type, outside the zones it
@@ -23,8 +25,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,18 @@ from launcher.config.model import ClusterConfig, NodeType
 from launcher.errors import CapacityError, ProviderError
 from launcher.providers.azure import names
 from launcher.providers.azure.access import AzureAccess
+from launcher.providers.azure.batch import (
+    MAX_NODES_PER_DEPLOYMENT,
+    NIC_TYPE,
+    PUBLIC_IP_TYPE,
+    NodeBodies,
+    Refusal,
+    addresses_of,
+    deployment_name,
+    refusals,
+    resource_id,
+    template,
+)
 from launcher.providers.azure.bodies import nic_body, node_tags, public_ip_body, vm_body
 from launcher.providers.azure.clients import (
     AzureClients,
@@ -53,11 +67,13 @@ from launcher.providers.azure.network import (
 )
 from launcher.providers.azure.vms import (
     STOPPED_TAG,
-    TAG_PRIVATE_IP,
-    TAG_PUBLIC_IP,
+    Addresses,
     evicted,
     identity_client_id,
+    made_node,
+    provisioning_state,
     stopped_node,
+    tagged_addresses,
     to_node,
     zone_of,
 )
@@ -106,6 +122,9 @@ class AzureProvider(NodeProvider):
         # VM name -> client id of the identity it runs as, as listings fill it in (the
         # head's commands act as that identity: AzureAccess.node_env).
         self._client_ids: dict[str, str] = {}
+        # VM name -> its (private, public) IP, from the deployment that made it or a
+        # listing of the group's NICs (a VM keeps both for its life: Standard static IPs).
+        self._addresses: dict[str, Addresses] = {}
         self.access = AzureAccess(
             config, self._key, self._identity_client_id, subscription=self._subscription
         )
@@ -227,11 +246,15 @@ class AzureProvider(NodeProvider):
     def nodes(self) -> list[Node]:
         with self._lock:
             answered = set(self._answered)
-        found = (to_node(vm, self.internal, answered) for vm in self._vms())
+        vms = self._vms()
+        addresses = self._addresses_for(vms)
+        found = (to_node(vm, self.internal, answered, addresses.get(str(vm.name))) for vm in vms)
         return [n for n in found if n is not None]
 
     def stopped_nodes(self) -> list[Node]:
-        found = (stopped_node(vm, self.internal) for vm in self._vms())
+        vms = [vm for vm in self._vms() if stopped_node(vm, self.internal) is not None]
+        addresses = self._addresses_for(vms)
+        found = (stopped_node(vm, self.internal, addresses.get(str(vm.name))) for vm in vms)
         return [n for n in found if n is not None]
 
     # -- launching -----------------------------------------------------------------------
@@ -239,34 +262,78 @@ class AzureProvider(NodeProvider):
         request_id = launch.request_id or uuid.uuid4().hex
         launch = launch.with_request_id(request_id)
         node_type, count = launch.node_type, launch.count
-        wanted = [
-            names.vm_name(self.cluster_name, launch.kind, f"{request_id}/{i}") for i in range(count)
-        ]
-        listed = {vm.name: vm for vm in self._vms()}
-        created = [
-            n
-            for n in (to_node(listed[name], self.internal) for name in wanted if name in listed)
-            if n is not None
-        ]
-        left = [name for name in wanted if name not in listed]
+        zones = self.zones(node_type)
+
+        def name(index: int, zone: str) -> str:
+            # A node tried in a later zone gets a name of its own, so the VM refused in the
+            # earlier one can be deleted while it is made.
+            seed = f"{request_id}/{index}" if zone == zones[0] else f"{request_id}/{index}@{zone}"
+            return names.vm_name(self.cluster_name, launch.kind, seed)
+
+        listed = {str(vm.name): vm for vm in self._vms()}
+        found = {
+            i: [listed[n] for n in (name(i, z) for z in zones) if n in listed] for i in range(count)
+        }
+        addresses = self._addresses_for([vm for vms in found.values() for vm in vms])
+        created: list[Node] = []
+        left: list[int] = []
+        for index, vms in found.items():
+            live = [
+                node
+                for node in (
+                    to_node(vm, self.internal, (), addresses.get(str(vm.name))) for vm in vms
+                )
+                if node is not None
+            ]
+            if live:
+                created.append(live[0])
+            else:
+                left.append(index)
         if left and self.settings.cache_stopped_nodes:
             resumed = self._resume(node_type, launch, len(left), listed.values())
             created += resumed
             left = left[: max(0, len(left) - len(resumed))]
-        zones = self.zones(node_type)
+        with ThreadPoolExecutor(4, thread_name_prefix="azure-discard") as cleaner:
+            discards: list[Future[None]] = []
+            try:
+                created += self._launch_zones(launch, zones, left, name, cleaner, discards)
+            finally:
+                problems = [f.exception() for f in discards]
+        if any(problems):
+            raise ProviderError(
+                f"a VM Azure refused was not deleted: {next(p for p in problems if p)}"
+            )
+        return created
+
+    def _launch_zones(
+        self,
+        launch: Launch,
+        zones: Sequence[str],
+        left: Sequence[int],
+        name: Callable[[int, str], str],
+        cleaner: ThreadPoolExecutor,
+        discards: list[Future[None]],
+    ) -> list[Node]:
+        """Launch nodes `left` (their indexes in the launch) zone by zone until every one
+        runs; a capacity refusal sends the rest on, a quota ends the launch."""
+        node_type = launch.node_type
+        created: list[Node] = []
         tried: list[str] = []
         why = ""
         for zone in (z for z in zones if z not in launch.avoid_zones):
             if not left:
                 break
-            made, refused, reason = self._launch_in(node_type, launch, zone, left)
+            by_name = {name(i, zone): i for i in left}
+            made, refused, reason = self._launch_in(
+                node_type, launch, zone, list(by_name), cleaner, discards
+            )
             created += made
             if refused:
                 tried.append(zone or "(any)")
                 why = reason
                 if reason.split(":", 1)[0] in QUOTA_CODES:
                     raise CapacityError(node_type.name, zones, reason, created, scope="quota")
-            left = refused
+            left = [by_name[n] for n in refused]
         if left:
             detail = why or "every zone it may use is being avoided after recent failures"
             raise CapacityError(
@@ -275,17 +342,33 @@ class AzureProvider(NodeProvider):
         return created
 
     def _launch_in(
-        self, node_type: NodeType, launch: Launch, zone: str, vm_names: Sequence[str]
+        self,
+        node_type: NodeType,
+        launch: Launch,
+        zone: str,
+        vm_names: Sequence[str],
+        cleaner: ThreadPoolExecutor,
+        discards: list[Future[None]],
     ) -> tuple[list[Node], list[str], str]:
-        """Make `vm_names` in `zone`, side by side. Returns the nodes made, the names Azure
-        had no capacity (or quota) for there, and why."""
-        with ThreadPoolExecutor(min(LAUNCH_THREADS, len(vm_names))) as pool:
+        """Make `vm_names` in `zone`: one template deployment per up to 250 of them, side by
+        side. Returns the nodes made, the names Azure had no capacity (or quota) for there,
+        and why; what it refused is deleted by `cleaner` (its futures in `discards`)."""
+        parts = [
+            vm_names[i : i + MAX_NODES_PER_DEPLOYMENT]
+            for i in range(0, len(vm_names), MAX_NODES_PER_DEPLOYMENT)
+        ]
+        with ThreadPoolExecutor(len(parts)) as pool:
             results = list(
-                pool.map(lambda name: self._launch_one(node_type, launch, zone, name), vm_names)
+                pool.map(
+                    lambda part: self._deploy(
+                        node_type, launch, zone, part[1], part[0], cleaner, discards
+                    ),
+                    enumerate(parts),
+                )
             )
-        made = [node for node, _ in results if node is not None]
-        refused = [name for name, (node, _) in zip(vm_names, results, strict=True) if node is None]
-        reasons = [reason for node, reason in results if node is None]
+        made = [node for nodes, _, _ in results for node in nodes]
+        refused = [name for _, names_, _ in results for name in names_]
+        reasons = [why for _, names_, why in results if names_]
         return made, refused, reasons[-1] if reasons else ""
 
     def _wants_public_ip(self, kind: NodeKind) -> bool:
@@ -293,67 +376,184 @@ class AzureProvider(NodeProvider):
             return kind is NodeKind.HEAD and self.settings.use_external_head_ip
         return True
 
-    def _launch_one(
-        self, node_type: NodeType, launch: Launch, zone: str, name: str
-    ) -> tuple[Node | None, str]:
-        """One node's public IP, NIC and VM. (None, why) when Azure had no capacity."""
-        network = self.clients.network
+    def _bodies(
+        self, node_type: NodeType, launch: Launch, zone: str, name: str, tags: Mapping[str, str]
+    ) -> NodeBodies:
+        """One node's public IP (where wanted), NIC and VM, pointing at each other by id."""
         config = node_type.node_config
-        tags = node_tags(config, launch.tags)
         subnet = own_subnet(config) or self._cluster_network().subnet_id
-        public_ip: Any = None
-        try:
-            if self._wants_public_ip(launch.kind):
-                public_ip = network.public_ip_addresses.begin_create_or_update(
-                    self.group,
-                    names.public_ip_name(name),
-                    public_ip_body(self.settings.location, zone, tags),
-                ).result()
-            nic = network.network_interfaces.begin_create_or_update(
-                self.group,
-                names.nic_name(name),
-                nic_body(
-                    self.settings.location,
-                    subnet,
-                    tags,
-                    public_ip_id=public_ip.id if public_ip is not None else None,
-                ),
-            ).result()
-        except Exception as exc:
-            self._delete_network_of(name, self._wants_public_ip(launch.kind))
-            raise ProviderError(
-                f"{name}: cannot make its network interface: {arm_message(exc)}"
-            ) from exc
-        private = nic.ip_configurations[0].private_ip_address
-        addresses = {TAG_PRIVATE_IP: private}
-        if public_ip is not None and public_ip.ip_address:
-            addresses[TAG_PUBLIC_IP] = public_ip.ip_address
+        subscription = self._subscription()
+        public_ip: dict[str, Any] | None = None
+        public_ip_id = None
+        if self._wants_public_ip(launch.kind):
+            public_ip = public_ip_body(self.settings.location, zone, tags)
+            public_ip_id = resource_id(
+                subscription, self.group, PUBLIC_IP_TYPE, names.public_ip_name(name)
+            )
+        nic = nic_body(self.settings.location, subnet, tags, public_ip_id=public_ip_id)
         identity = self._head_identity().id if launch.kind is NodeKind.HEAD else None
-        body = vm_body(
+        vm = vm_body(
             config,
             name=name,
             location=self.settings.location,
             zone=zone,
-            tags={**tags, **addresses},
+            tags=tags,
             admin_user=self.config.auth.ssh_user or "ubuntu",
             public_key=self._key_text(),
-            nic_id=nic.id,
+            nic_id=resource_id(subscription, self.group, NIC_TYPE, names.nic_name(name)),
             identity_id=identity,
         )
-        compute = self.clients.compute
+        return NodeBodies(name, vm, nic, public_ip)
+
+    def _deploy(
+        self,
+        node_type: NodeType,
+        launch: Launch,
+        zone: str,
+        vm_names: Sequence[str],
+        part: int,
+        cleaner: ThreadPoolExecutor,
+        discards: list[Future[None]],
+    ) -> tuple[list[Node], list[str], str]:
+        """One deployment of `vm_names` in `zone` (see _launch_in)."""
+        tags = node_tags(node_type.node_config, launch.tags)
+        bodies = [self._bodies(node_type, launch, zone, name, tags) for name in vm_names]
+        request_id = launch.request_id or uuid.uuid4().hex
+        deployment = deployment_name(self.cluster_name, request_id, zone, part)
+        body = {
+            "properties": {
+                "mode": "Incremental",
+                "template": template(self._subscription(), self.group, bodies),
+            }
+        }
         try:
-            vm = compute.virtual_machines.begin_create_or_update(self.group, name, body).result()
+            done = self.clients.deployments.begin_create_or_update(
+                self.group, deployment, body
+            ).result()
         except Exception as exc:
-            code = arm_code(exc)
-            if code in CAPACITY_CODES or code in QUOTA_CODES:
-                self._delete_vms([name])
-                self._delete_network_of(name, public_ip is not None)
-                return None, f"{code}: {arm_message(exc).split(': ', 1)[-1]}"
-            raise ProviderError(f"{name}: launch refused: {arm_message(exc)}") from exc
-        # As created (no instance view: listed PENDING until a listing shows it running),
-        # without reading each VM once more.
-        self._remember_identities([vm])
-        return to_node(vm, self.internal), ""
+            return self._after_refusal(launch, zone, vm_names, exc, cleaner, discards)
+        addresses = addresses_of(done)
+        missing = [name for name in vm_names if name not in addresses]
+        if missing:
+            addresses.update(self._learn_addresses(missing))
+        self._remember(launch.kind, addresses)
+        return (
+            [
+                made_node(name, launch.kind, tags, zone, addresses.get(name), self.internal)
+                for name in vm_names
+            ],
+            [],
+            "",
+        )
+
+    def _after_refusal(
+        self,
+        launch: Launch,
+        zone: str,
+        vm_names: Sequence[str],
+        exc: BaseException,
+        cleaner: ThreadPoolExecutor,
+        discards: list[Future[None]],
+    ) -> tuple[list[Node], list[str], str]:
+        """A deployment that failed: the VMs it made stand (as nodes); the rest are refused
+        for capacity or quota (deleted in the background), or, for any other reason, the
+        launch fails once they are deleted."""
+        refused = refusals(exc) or [Refusal(arm_code(exc), arm_message(exc), "")]
+        capacity = [r for r in refused if r.code in CAPACITY_CODES or r.code in QUOTA_CODES]
+        other = [r for r in refused if r not in capacity]
+        wanted = set(vm_names)
+        vms = {str(vm.name): vm for vm in self._vms() if vm.name in wanted}
+        made = [
+            name
+            for name in vm_names
+            if name in vms and provisioning_state(vms[name]) == "succeeded"
+        ]
+        unmade = [name for name in vm_names if name not in made]
+        public = self._wants_public_ip(launch.kind)
+        if other:
+            self._discard(unmade, public)
+            first = other[0]
+            where = f"{first.resource_name}: " if first.resource_name else ""
+            raise ProviderError(
+                f"{where}launch refused: {first.code}: {first.message}"
+                if first.code
+                else f"{where}launch refused: {first.message or arm_message(exc)}"
+            )
+        with self._lock:
+            discards.append(cleaner.submit(self._discard, unmade, public))
+        addresses = self._learn_addresses(made) if made else {}
+        self._remember(launch.kind, addresses)
+        nodes = [
+            made_node(
+                name, launch.kind, vms[name].tags or {}, zone, addresses.get(name), self.internal
+            )
+            for name in made
+        ]
+        why = capacity[0] if capacity else None
+        reason = f"{why.code}: {why.message}" if why else f"{zone or '(any)'}: not made"
+        return nodes, unmade, reason
+
+    def _remember(self, kind: NodeKind, addresses: Mapping[str, Addresses]) -> None:
+        """The addresses of VMs just made (and, for a head, the identity it runs as)."""
+        client_id = self._head_identity().client_id if kind is NodeKind.HEAD else None
+        with self._lock:
+            self._addresses.update(addresses)
+            if client_id:
+                self._client_ids.update(dict.fromkeys(addresses, client_id))
+
+    def _learn_addresses(self, vm_names: Iterable[str]) -> dict[str, Addresses]:
+        """The IPs of `vm_names` from one listing of the group's NICs (and one of its public
+        IPs, where nodes are reached by them), by the names the provider gives them."""
+        wanted = set(vm_names)
+        network = self.clients.network
+        try:
+            nics = {
+                str(nic.name): nic
+                for nic in network.network_interfaces.list(self.group)
+                if str(nic.name).removesuffix("-nic") in wanted
+            }
+            ips = {}
+            if not self.internal:
+                ips = {
+                    str(ip.name): ip
+                    for ip in network.public_ip_addresses.list(self.group)
+                    if str(ip.name).removesuffix("-ip") in wanted
+                }
+        except Exception as exc:
+            if not_found(exc):
+                return {}
+            raise ProviderError(
+                f"cannot list the NICs of {self.group}: {arm_message(exc)}"
+            ) from exc
+        found: dict[str, Addresses] = {}
+        for name in wanted:
+            nic = nics.get(names.nic_name(name))
+            configs = getattr(nic, "ip_configurations", None) or []
+            private = configs[0].private_ip_address if configs else None
+            ip = ips.get(names.public_ip_name(name))
+            public = getattr(ip, "ip_address", None)
+            if private or public:
+                found[name] = (private, public)
+        with self._lock:
+            self._addresses.update(found)
+        return found
+
+    def _addresses_for(self, vms: Sequence[Any]) -> dict[str, Addresses]:
+        """The IPs of listed `vms`: remembered, in their tags (earlier versions), or learnt
+        with one listing of the group's NICs for all that are neither."""
+        with self._lock:
+            known = {str(vm.name): self._addresses.get(str(vm.name)) for vm in vms}
+        unknown = [
+            name
+            for name, vm in zip(known, vms, strict=True)
+            if known[name] is None and tagged_addresses(vm) is None
+        ]
+        learnt = self._learn_addresses(unknown) if unknown else {}
+        return {
+            name: found
+            for name, found in ((n, known[n] or learnt.get(n)) for n in known)
+            if found is not None
+        }
 
     def _resume(
         self, node_type: NodeType, launch: Launch, count: int, vms: Iterable[Any]
@@ -369,6 +569,7 @@ class AzureProvider(NodeProvider):
             and zone_of(vm) not in launch.avoid_zones  # as a new node would avoid them
         ][:count]
         compute = self.clients.compute
+        addresses = self._addresses_for(stopped) if stopped else {}
         started = []
         for vm in stopped:
             tags = {k: v for k, v in {**(vm.tags or {}), **launch.tags}.items() if k != STOPPED_TAG}
@@ -378,7 +579,7 @@ class AzureProvider(NodeProvider):
             except Exception as exc:
                 raise ProviderError(f"cannot start {vm.name}: {arm_message(exc)}") from exc
             fresh = compute.virtual_machines.get(self.group, vm.name, expand="instanceView")
-            node = to_node(fresh, self.internal)
+            node = to_node(fresh, self.internal, (), addresses.get(str(vm.name)))
             if node is not None:
                 started.append(node)
         return started
@@ -399,6 +600,14 @@ class AzureProvider(NodeProvider):
         if unique:
             with ThreadPoolExecutor(min(LAUNCH_THREADS, len(unique))) as pool:
                 list(pool.map(delete, unique))
+
+    def _discard(self, vm_names: Sequence[str], public_ip: bool) -> None:
+        """What a refused deployment made of `vm_names`: their VMs (failed), then the NICs
+        and public IPs a VM that never ran may not have taken with it."""
+        self._delete_vms(vm_names)
+        if vm_names:
+            with ThreadPoolExecutor(min(LAUNCH_THREADS, len(vm_names))) as pool:
+                list(pool.map(lambda name: self._delete_network_of(name, public_ip), vm_names))
 
     def _delete_network_of(self, name: str, public_ip: bool) -> None:
         """A node's NIC (and its public IP, when it was given one), when its VM never took

@@ -1,9 +1,10 @@
 """Azure VMs as nodes. Pure: reads the SDK's VirtualMachine models, makes no calls.
 
 A VM is listed with its instance view (`$expand=instanceView`: one call per tick for the
-whole resource group), so its power state comes with it. Its addresses are in its tags
-(`TAG_PRIVATE_IP`, `TAG_PUBLIC_IP`), written when the node is made from its NIC and public
-IP, so a listing needs no call per NIC.
+whole resource group), so its power state comes with it. Its addresses are its NIC's and
+public IP's, which the provider knows from the deployment that made it (or from one
+listing of the group's NICs and public IPs) and passes in as `Addresses`; VMs made by
+earlier versions carry them in their tags (`TAG_PRIVATE_IP`, `TAG_PUBLIC_IP`).
 
 States: provisioning or starting is PENDING, running is RUNNING. A spot worker Azure
 evicted (deallocated, not by the launcher) is PREEMPTED until the autoscaler has answered
@@ -13,6 +14,7 @@ it (the provider then deletes it, never keeps it for reuse); a VM the launcher s
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -23,6 +25,7 @@ TAG_PUBLIC_IP = "launcher-public-ip"
 STOPPED_TAG = "launcher-stopped"  # set on VMs the launcher deallocated itself
 _INTERNAL_TAGS = (TAG_PRIVATE_IP, TAG_PUBLIC_IP, STOPPED_TAG)
 _OFF = {"stopped", "stopping", "deallocated", "deallocating"}
+Addresses = tuple[str | None, str | None]  # (private IP, public IP)
 
 
 def _text(value: Any) -> str:
@@ -83,9 +86,28 @@ def evicted(vm: Any) -> bool:
     )
 
 
-def to_node(vm: Any, internal: bool, answered: Collection[str] = ()) -> Node | None:
+def tagged_addresses(vm: Any) -> Addresses | None:
+    """The addresses an earlier version wrote into the VM's tags, if it did."""
+    tags: Mapping[str, str] = getattr(vm, "tags", None) or {}
+    if TAG_PRIVATE_IP not in tags:
+        return None
+    return tags.get(TAG_PRIVATE_IP), tags.get(TAG_PUBLIC_IP)
+
+
+def _ip(addresses: Addresses | None, internal: bool) -> str | None:
+    private, public = addresses or (None, None)
+    return (private if internal else public or private) or None
+
+
+def to_node(
+    vm: Any,
+    internal: bool,
+    answered: Collection[str] = (),
+    addresses: Addresses | None = None,
+) -> Node | None:
     """The node `vm` is, or None when it is not one of the cluster's live nodes (see the
-    module docstring). `internal`: address it by its private IP."""
+    module docstring). `internal`: address it by its private IP; `addresses`: its IPs
+    (else those of its tags)."""
     tags: Mapping[str, str] = getattr(vm, "tags", None) or {}
     kind_tag = tags.get(TAG_KIND)
     if kind_tag not in (NodeKind.HEAD.value, NodeKind.WORKER.value):
@@ -103,12 +125,11 @@ def to_node(vm: Any, internal: bool, answered: Collection[str] = ()) -> Node | N
         state = NodeState.RUNNING
     else:
         state = NodeState.PENDING
-    private, public = tags.get(TAG_PRIVATE_IP), tags.get(TAG_PUBLIC_IP)
     return Node(
         id=name,
         kind=kind,
         node_type=tags.get(TAG_TYPE, ""),
-        ip=(private if internal else public or private) or None,
+        ip=_ip(addresses or tagged_addresses(vm), internal),
         state=state,
         tags=launcher_tags(tags),
         created_at=created_at(vm),
@@ -116,19 +137,40 @@ def to_node(vm: Any, internal: bool, answered: Collection[str] = ()) -> Node | N
     )
 
 
-def stopped_node(vm: Any, internal: bool) -> Node | None:
+def made_node(
+    name: str,
+    kind: NodeKind,
+    tags: Mapping[str, str],
+    zone: str,
+    addresses: Addresses | None,
+    internal: bool,
+) -> Node:
+    """A VM a deployment has just made, as a PENDING node (running once a listing's
+    instance view says so)."""
+    return Node(
+        id=name,
+        kind=kind,
+        node_type=tags.get(TAG_TYPE, ""),
+        ip=_ip(addresses, internal),
+        state=NodeState.PENDING,
+        tags=launcher_tags(tags),
+        created_at=time.time(),
+        zone=zone,
+    )
+
+
+def stopped_node(vm: Any, internal: bool, addresses: Addresses | None = None) -> Node | None:
     """A VM the launcher deallocated itself, as a STOPPED node (None for any other VM)."""
     tags: Mapping[str, str] = getattr(vm, "tags", None) or {}
     if STOPPED_TAG not in tags or power_state(vm) not in _OFF:
         return None
     if tags.get(TAG_KIND) not in (NodeKind.HEAD.value, NodeKind.WORKER.value):
         return None
-    private, public = tags.get(TAG_PRIVATE_IP), tags.get(TAG_PUBLIC_IP)
     return Node(
         id=str(vm.name),
         kind=NodeKind(tags[TAG_KIND]),
         node_type=tags.get(TAG_TYPE, ""),
-        ip=(private if internal else public or private) or None,
+        ip=_ip(addresses or tagged_addresses(vm), internal),
         state=NodeState.STOPPED,
         tags=launcher_tags(tags),
         created_at=created_at(vm),

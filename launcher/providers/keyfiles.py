@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from launcher.errors import ProviderError
+from launcher.files import write_whole
 from launcher.paths import launcher_home, named_file
 
 KEY_BITS = 3072
@@ -46,25 +47,43 @@ def new_private_key() -> str:
 
 
 def ensure_key(path: Path) -> bool:
-    """Make the private key at `path` unless it exists. Returns whether it was made."""
+    """Make the private key at `path` unless it exists, and its public half beside it (see
+    public_key). Returns whether it was made."""
     if path.exists():
         return False
+    material = new_private_key()
     try:
-        write_private(path, new_private_key())
+        write_private(path, material)
     except FileExistsError:
         return False  # made meanwhile by another command
+    write_whole(_public_file(path), _derive(material) + "\n", 0o644)
     return True
 
 
+def _public_file(path: Path) -> Path:
+    return path.with_suffix(".pub")
+
+
 def public_key(path: Path) -> str:
-    """`TYPE BASE64` of the private key at `path`."""
+    """`TYPE BASE64` of the private key at `path`: for a key the launcher made, as written
+    beside it then (reading a private key costs ~0.1 s: RSA's checks), else derived from the
+    key itself (never from a user's `.pub`, which may not be its pair)."""
+    path = path.expanduser()
+    ours = _public_file(path)
+    if path.parent.resolve() == (launcher_home() / "keys").resolve() and ours.is_file():
+        words = ours.read_text().split()
+        if len(words) >= 2:
+            return f"{words[0]} {words[1]}"
+    return _derive(path.read_text(), path)
+
+
+def _derive(text: str, path: Path | None = None) -> str:
     import paramiko
 
-    text = path.expanduser().read_text()
     for kind in (paramiko.RSAKey, paramiko.Ed25519Key, paramiko.ECDSAKey):
         try:
             key = kind.from_private_key(io.StringIO(text))
         except (paramiko.SSHException, ValueError):
             continue
         return f"{key.get_name()} {key.get_base64()}"
-    raise ProviderError(f"{path} is not a private key the launcher can read")
+    raise ProviderError(f"{path or 'the key'} is not a private key the launcher can read")

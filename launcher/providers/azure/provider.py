@@ -358,15 +358,14 @@ class AzureProvider(NodeProvider):
             vm_names[i : i + MAX_NODES_PER_DEPLOYMENT]
             for i in range(0, len(vm_names), MAX_NODES_PER_DEPLOYMENT)
         ]
-        with ThreadPoolExecutor(len(parts)) as pool:
-            results = list(
-                pool.map(
-                    lambda part: self._deploy(
-                        node_type, launch, zone, part[1], part[0], cleaner, discards
-                    ),
-                    enumerate(parts),
-                )
-            )
+        def deploy(part: int) -> tuple[list[Node], list[str], str]:
+            return self._deploy(node_type, launch, zone, parts[part], part, cleaner, discards)
+
+        if len(parts) == 1:  # no thread to start: the usual launch
+            results = [deploy(0)]
+        else:
+            with ThreadPoolExecutor(len(parts)) as pool:
+                results = list(pool.map(deploy, range(len(parts))))
         made = [node for nodes, _, _ in results for node in nodes]
         refused = [name for _, names_, _ in results for name in names_]
         reasons = [why for _, names_, why in results if names_]

@@ -24,6 +24,8 @@ it made before is the head `up` finds).
 
 from __future__ import annotations
 
+import contextlib
+import shlex
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -49,7 +51,7 @@ from launcher.providers.base import (
     wait_unlisted,
 )
 from launcher.updater.runner import node_runner
-from launcher.updater.updater import NodeUpdater, UpdateOptions
+from launcher.updater.updater import STARTING_RAY, NodeUpdater, UpdateOptions
 
 OLD_HEAD_GONE_S = 300.0
 KILL_WAIT_S = 15.0  # how long the kept workers' old Ray may take to be killed
@@ -191,12 +193,15 @@ def restart_kept(
     head: Node,
     events: EventSink,
     restarts: Restarts | None = None,
+    final: bool = True,
 ) -> list[str]:
     """Start the Ray of the kept workers that are this supervisor's (`TAG_REJOIN_BY`, with
     time enough left) against `head`, side by side; each is marked up to date and no longer
     the supervisor's once its Ray runs (one that fails is tagged failed, and replaced by the
-    autoscaler as any). Those `restarts` says are being started already are left to that
-    start. Returns the ids of those whose Ray was started."""
+    autoscaler as any; unless not `final`: a first try, while the head's own Ray starts,
+    whose failures are left as they are, for the try once the head is up). Those `restarts`
+    says are being started already are left to that start. Returns the ids of those whose
+    Ray was started."""
     restarts = restarts or Restarts()
     now = time.time()
     mine = [
@@ -216,11 +221,14 @@ def restart_kept(
             events(event)
 
     def restart(node: Node) -> bool:
-        options = UpdateOptions(cwd=Path.cwd(), ray_only=True)
+        options = UpdateOptions(cwd=Path.cwd(), ray_only=True, tag_failure=final)
         try:
+            if not final and not _gcs_answers(config, provider, node, head):
+                return False
             NodeUpdater(provider, config, node, head, options, said).run()
         except LauncherError as exc:
-            said(Message(f"{node.id}: could not start its Ray again: {exc}", "warning"))
+            if final:
+                said(Message(f"{node.id}: could not start its Ray again: {exc}", "warning"))
             return False
         else:
             provider.set_tags(node.id, {TAG_REJOIN_BY: ""})
@@ -235,6 +243,35 @@ def restart_kept(
     return [n.id for n, ok in zip(mine, started, strict=True) if ok]
 
 
+# Waits, on a kept worker, until the new head's GCS takes connections: started before it
+# does, a worker's `ray start` fails its first connect only after seconds, then sleeps.
+_GCS_PROBE = (
+    "python3 -c 'import socket, sys, time\n"
+    "end = time.monotonic() + float(sys.argv[3])\n"
+    "while time.monotonic() < end:\n"
+    "    try:\n"
+    "        socket.create_connection((sys.argv[1], int(sys.argv[2])), 1).close()\n"
+    "        sys.exit(0)\n"
+    "    except OSError:\n"
+    "        time.sleep(0.05)\n"
+    "sys.exit(1)' {host} {port} {wait}"
+)
+GCS_WAIT_S = 60.0
+
+
+def _gcs_answers(config: ClusterConfig, provider: NodeProvider, node: Node, head: Node) -> bool:
+    """Whether `head`'s GCS took a connection from `node` within GCS_WAIT_S."""
+    host, _, port = provider.access.ray_address(head).rpartition(":")
+    if not host or not port.isdigit():
+        return False
+    try:
+        runner = node_runner(provider, config, node, node_log(config.cluster_name, node.id))
+        probe = _GCS_PROBE.format(host=shlex.quote(host), port=port, wait=GCS_WAIT_S)
+        return runner.run(probe, timeout=GCS_WAIT_S + 30).ok
+    except LauncherError:
+        return False
+
+
 def bring_up_head(
     path: str,
     overrides: Overrides,
@@ -243,9 +280,11 @@ def bring_up_head(
     on_phase: PhaseSink,
     ready_timeout_s: float = 300.0,
     on_head_ready: Callable[[Node], None] | None = None,
+    on_ray_starting: Callable[[str], None] | None = None,
 ) -> Node:
-    """Step 3: `up`, with a head of `head_type` if a head must be made; `on_head_ready` is
-    called with it once its Ray is up, before its autoscaler is started."""
+    """Step 3: `up`, with a head of `head_type` if a head must be made; `on_ray_starting` is
+    called with its id as its start-ray commands begin, `on_head_ready` with it once its Ray
+    is up, before its autoscaler is started."""
     seen_head = False
 
     def sink(event: Event) -> None:
@@ -254,6 +293,8 @@ def bring_up_head(
             if not seen_head:
                 seen_head = True
                 on_phase("head_launched")
+            if event.stage == STARTING_RAY and on_ray_starting is not None:
+                on_ray_starting(event.node_id)
             if event.done:
                 on_phase("ray_up")
         events(event)
@@ -311,17 +352,48 @@ def replace_head(
     if adopted:
         events(Message(f"keeping {len(adopted)} worker(s): {', '.join(adopted)}"))
 
-    def rejoin(head: Node) -> None:
-        # Beside the rest of `up` (the head's autoscaler) and the driver's start.
+    early: list[threading.Thread] = []
+
+    def start_early(head_id: str) -> None:
+        # As the new head's start-ray commands begin: each kept worker's `ray start` runs
+        # as soon as the head's GCS takes connections, beside the rest of the head's start
+        # (which leaves the machines idle for seconds, waiting on its own processes).
         def run() -> None:
+            head = next((n for n in provider.nodes() if n.id == head_id and n.ip), None)
+            if head is not None:
+                with contextlib.suppress(LauncherError):  # tried again once the head is up
+                    restart_kept(config, provider, head, events, restarts, final=False)
+
+        if not early:
+            early.append(_started(run, "rejoin-kept-early"))
+
+    def rejoin(head: Node) -> None:
+        # Once the head's Ray is up, beside the rest of `up` (the head's autoscaler) and the
+        # driver's start: those the first try did not start (or that it did not try).
+        def run() -> None:
+            for thread in early:
+                thread.join()
             try:
                 restart_kept(config, provider, head, events, restarts)
             except LauncherError as exc:
                 events(Message(f"the kept workers' Ray was not started: {exc}", "warning"))
 
-        threading.Thread(target=run, name="rejoin-kept", daemon=True).start()
+        _started(run, "rejoin-kept")
 
     head = bring_up_head(
-        path, overrides, head_type, events, on_phase, ready_timeout_s, on_head_ready=rejoin
+        path,
+        overrides,
+        head_type,
+        events,
+        on_phase,
+        ready_timeout_s,
+        on_head_ready=rejoin,
+        on_ray_starting=start_early,
     )
     return Replaced(head, adopted)
+
+
+def _started(target: Callable[[], None], name: str) -> threading.Thread:
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    return thread

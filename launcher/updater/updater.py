@@ -98,6 +98,9 @@ def decide_steps(
     return UpdateSteps(sync_files=setup or sync_always, setup=setup, start_ray=start)
 
 
+STARTING_RAY = "starting Ray"  # the stage said as a node's start-ray commands begin
+
+
 @dataclass(frozen=True)
 class UpdateOptions:
     cwd: Path
@@ -106,6 +109,9 @@ class UpdateOptions:
     ray_only: bool = False  # only start Ray (its setup hash, which is the node's, kept)
     ready_timeout_s: float = 300.0
     command_timeout_s: float | None = None  # None: the config's command_timeout_s
+    # False: a failure is raised, but the node is neither tagged failed nor said to have
+    # failed (a first try that is tried again: a kept worker started beside its new head).
+    tag_failure: bool = True
 
 
 class NodeUpdater:
@@ -182,7 +188,7 @@ class NodeUpdater:
         return steps
 
     def _start_ray(self, start_commands: Sequence[str], env: Mapping[str, str]) -> None:
-        self._stage(NodeStatus.STARTING_RAY, "starting Ray")
+        self._stage(NodeStatus.STARTING_RAY, STARTING_RAY)
         self._place_bootstrap_config(start_commands)
         bound = ray_start_bound(self.config)
         with self.provider.access.ray_start_guard(self.node):
@@ -199,6 +205,9 @@ class NodeUpdater:
 
     def _failed(self, exc: NodeUpdateError) -> None:
         """Say why in the node's log (its last line, read back by `up`), then tag it."""
+        if not self.options.tag_failure:
+            append_to_log(self.log_path, f"launcher: this try failed ({exc.stage}): {exc.detail}\n")
+            return
         append_to_log(self.log_path, f"{FAILED_LINE}{exc.stage}: {exc.detail}\n")
         self.provider.set_tags(self.node.id, {TAG_STATUS: NodeStatus.FAILED})
         self._emit(f"failed while {exc.stage}", detail=str(exc), failed=True)

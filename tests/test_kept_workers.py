@@ -6,6 +6,7 @@ then, taking up any the supervisor did not finish."""
 from __future__ import annotations
 
 import dataclasses
+import socket
 import threading
 import time
 from pathlib import Path
@@ -180,3 +181,61 @@ def test_a_worker_whose_ray_is_being_started_is_not_started_twice() -> None:
     restarts.release(busy.id)
     assert recovery.restart_kept(config, provider, head, lambda _: None, restarts) == [busy.id]
     provider.terminate_nodes([head.id, busy.id, free.id])
+
+
+def test_a_first_try_beside_the_heads_start_waits_for_its_gcs_and_fails_quietly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first try (as the new head's start-ray commands begin) starts a kept worker's Ray
+    only once the head's GCS takes its connection, probed from the worker; one that could
+    not is neither tagged failed nor said to have failed, and is left to the try once the
+    head is up, which starts it (or, failing, tags it failed and says why)."""
+    config = parse_config(CONFIG, "inline")
+    provider = LocalhostProvider(config)
+    head = provider.create_nodes(config.node_types["head"], NodeKind.HEAD, 1, {})[0]
+    tags = {TAG_STATUS: NodeStatus.UNINITIALIZED.value, TAG_REJOIN_BY: str(int(time.time() + 300))}
+    (kept,) = provider.create_nodes(config.node_types["worker"], NodeKind.WORKER, 1, tags)
+    started = provider.nodes_dir / kept.id / "home" / "ray-started"
+    monkeypatch.setattr(recovery, "GCS_WAIT_S", 0.3)
+    host, _, port = provider.access.ray_address(head).rpartition(":")
+    events: list[Event] = []
+    try:
+        # No GCS there yet: nothing is started, tagged or said.
+        assert recovery.restart_kept(config, provider, head, events.append, final=False) == []
+        assert not started.exists() and events == []
+        (listed,) = [n for n in provider.nodes() if n.id == kept.id]
+        assert listed.status is NodeStatus.UNINITIALIZED and listed.rejoin_by > time.time()
+        # The GCS takes connections: started.
+        with socket.create_server((host, int(port))):
+            assert recovery.restart_kept(config, provider, head, events.append, final=False) == [
+                kept.id
+            ]
+        assert started.read_text().strip() == head.ip
+        (listed,) = [n for n in provider.nodes() if n.id == kept.id]
+        assert listed.status is NodeStatus.UP_TO_DATE
+    finally:
+        provider.terminate_nodes([head.id, kept.id])
+
+
+def test_a_failed_first_try_is_left_to_the_final_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = CONFIG.replace("""['echo "$RAY_HEAD_IP" > ~/ray-started']""", "['exit 3']")
+    config = parse_config(text, "inline")
+    provider = LocalhostProvider(config)
+    head = provider.create_nodes(config.node_types["head"], NodeKind.HEAD, 1, {})[0]
+    tags = {TAG_STATUS: NodeStatus.UNINITIALIZED.value, TAG_REJOIN_BY: str(int(time.time() + 300))}
+    (kept,) = provider.create_nodes(config.node_types["worker"], NodeKind.WORKER, 1, tags)
+    host, _, port = provider.access.ray_address(head).rpartition(":")
+    events: list[Event] = []
+    try:
+        with socket.create_server((host, int(port))):
+            assert recovery.restart_kept(config, provider, head, events.append, final=False) == []
+        assert not [e for e in events if getattr(e, "failed", False)]
+        assert not [e for e in events if getattr(e, "level", "") == "warning"]
+        (listed,) = [n for n in provider.nodes() if n.id == kept.id]
+        assert listed.status is not NodeStatus.FAILED and listed.rejoin_by > time.time()
+        assert recovery.restart_kept(config, provider, head, events.append) == []
+        (listed,) = [n for n in provider.nodes() if n.id == kept.id]
+        assert listed.status is NodeStatus.FAILED
+        assert [e for e in events if getattr(e, "level", "") == "warning"]
+    finally:
+        provider.terminate_nodes([head.id, kept.id])

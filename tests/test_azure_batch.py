@@ -13,6 +13,14 @@ from launcher.providers.azure.batch import NodeBodies
 SUB, GROUP = "sub-1", "rg-1"
 
 
+class _Failed(Exception):
+    """An SDK error as azure-core raises it: ARM's error model in `.error`."""
+
+    def __init__(self, error: object) -> None:
+        super().__init__("failed")
+        self.error = error
+
+
 def _node(name: str, public: bool) -> NodeBodies:
     nic_id = batch.resource_id(SUB, GROUP, batch.NIC_TYPE, f"{name}-nic")
     ip_id = batch.resource_id(SUB, GROUP, batch.PUBLIC_IP_TYPE, f"{name}-ip")
@@ -89,14 +97,14 @@ def test_refusals_name_the_resource_of_the_enclosing_error() -> None:
         code="ResourceDeploymentFailure", message="failed", target=vm, details=[inner]
     )
     error = SimpleNamespace(code="DeploymentFailed", message="x", details=[per_vm])
-    (found,) = batch.refusals(SimpleNamespace(error=error))
+    (found,) = batch.refusals(_Failed(error))
     assert (found.code, found.message, found.resource_name) == (
         "ZonalAllocationFailed",
         "no room",
         "vm-a",
     )
     flat = SimpleNamespace(code="QuotaExceeded", message="q", details=[], target="")
-    (only,) = batch.refusals(SimpleNamespace(error=flat))
+    (only,) = batch.refusals(_Failed(flat))
     assert only.code == "QuotaExceeded" and only.resource_name == ""
     assert batch.refusals(ValueError("no error model")) == []
 

@@ -358,6 +358,7 @@ class AzureProvider(NodeProvider):
             vm_names[i : i + MAX_NODES_PER_DEPLOYMENT]
             for i in range(0, len(vm_names), MAX_NODES_PER_DEPLOYMENT)
         ]
+
         def deploy(part: int) -> tuple[list[Node], list[str], str]:
             return self._deploy(node_type, launch, zone, parts[part], part, cleaner, discards)
 

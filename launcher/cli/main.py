@@ -1,6 +1,7 @@
 """Entry point of the `launcher` command: the group with every command registered."""
 
 from launcher.cli import autostop_command as _autostop_command  # noqa: F401 - registers it
+from launcher.cli import check_command as _check_command  # noqa: F401 - registers it
 from launcher.cli import cluster_commands as _cluster_commands  # noqa: F401 - registers them
 from launcher.cli import commands as _commands  # noqa: F401 - registers the commands
 from launcher.cli import dump_command as _dump_command  # noqa: F401 - registers it

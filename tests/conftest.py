@@ -23,6 +23,10 @@ RAY_EXAMPLES = REPO.parent / "shared" / "ray-example-configs"
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# Prices from the shipped tables only: live prices would call the clouds' public price APIs
+# (tests/test_live_prices*.py point them at loopback fakes and set "live" themselves).
+os.environ.setdefault("LAUNCHER_PRICES", "static")
+
 
 @dataclass
 class CliResult:

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from launcher.dryrun import ClusterPlan, NodeGroupPlan, describe_resources
+from launcher.pricing import HourlyPrice
 from launcher.runners.container import ContainerSpec
 
 
@@ -68,9 +69,22 @@ def _group(console: Console, plan: ClusterPlan, group: NodeGroupPlan) -> None:
             spot = _money(offer.price.spot)
             market += f" (on-demand {_money(offer.price.on_demand)}/h, spot {spot}/h)"
     console.print(f"  {escape(group.node_type.name)}: {count}; {escape(offer.description)}{market}")
+    if offer.billed and offer.price is not None:
+        for line in price_sources(offer.price):
+            console.print(f"    {escape(line)}")
     console.print(f"    resources: {escape(describe_resources(group.node_type))}")
     if group.container is not None:
         console.print(f"    container: {escape(_describe_container(group.container))}")
+
+
+def price_sources(price: HourlyPrice) -> list[str]:
+    """Where a node's prices come from: one line, or one per market where they differ."""
+    on_demand, spot = price.on_demand_source, price.spot_source
+    if not on_demand:
+        return []
+    if price.spot is None or spot == on_demand:
+        return [f"prices: {on_demand}"]
+    return [f"on-demand price: {on_demand}", f"spot price: {spot or 'unknown'}"]
 
 
 def _commands(console: Console, plan: ClusterPlan) -> None:
@@ -94,6 +108,12 @@ def _commands(console: Console, plan: ClusterPlan) -> None:
         console.print()
 
 
+def plan_is_live(plan: ClusterPlan) -> bool:
+    """Every billed node's prices were read from the cloud."""
+    priced = [g.offer.price for g in (plan.head, *plan.workers) if g.offer.billed]
+    return bool(priced) and all(p is not None and p.live for p in priced)
+
+
 def _cost(console: Console, plan: ClusterPlan) -> None:
     cost = plan.cost
     if not cost.billed:
@@ -107,7 +127,11 @@ def _cost(console: Console, plan: ClusterPlan) -> None:
         if cost.reference_region
         else "the price table has no prices for this provider: a node's price is unknown"
     )
+    if plan_is_live(plan):
+        where = "at the live prices shown for each node; list prices, not your bill"
     console.print(f"[bold]Estimated cost per hour[/bold] ({where})")
+    if cost.live_note:
+        console.print(f"  {escape(cost.live_note)}")
     console.print(
         f"  at start, 1 head + {cost.workers_at_start} workers: "
         f"{_money(cost.at_start)} as configured, "

@@ -1,6 +1,9 @@
-"""What `up` would do for a config, computed without contacting anything.
+"""What `up` would do for a config, computed without changing anything.
 
-`make_plan` is pure: it reads the config, the provider's spec and the price table.
+`plan_from_prices` is pure: it reads the config, the provider's spec and the price table.
+`make_plan` first lays the cluster's live prices over the table where the cloud publishes
+them (launcher/pricing/live.py: read-only price calls, cached on disk, bounded in time, the
+static table when offline), then plans.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from typing import Any
 
 from launcher.config.model import ClusterConfig, NodeCommands, NodeType, ResourceSource
 from launcher.pricing import HourlyPrice, PriceTable
+from launcher.pricing.live import live_prices
 from launcher.providers.spec import NodeOffer, PlannedResource, ProviderSpec
 from launcher.runners.container import ContainerSpec, container_for
 
@@ -51,6 +55,9 @@ class CostEstimate:
     as_of: str
     reference_region: str | None
     note: str
+    # What became of live prices ("live prices: ..." or why the static table was used);
+    # "" where none are published for the provider.
+    live_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,8 @@ def _group_json(group: NodeGroupPlan) -> dict[str, Any]:
         "market": "spot" if offer.spot else "on-demand",
         "price_on_demand": offer.price.on_demand if offer.price else None,
         "price_spot": offer.price.spot if offer.price else None,
+        "price_on_demand_source": offer.price.on_demand_source if offer.price else None,
+        "price_spot_source": offer.price.spot_source if offer.price else None,
         "resources": dict(group.node_type.resources),
         "resource_source": group.node_type.resource_source.value,
         "commands": {
@@ -102,6 +111,11 @@ def _container_json(spec: ContainerSpec | None) -> dict[str, Any] | None:
 
 
 def make_plan(config: ClusterConfig, spec: ProviderSpec, prices: PriceTable) -> ClusterPlan:
+    """The plan at the cluster's live prices where there are any (`LAUNCHER_PRICES`)."""
+    return plan_from_prices(config, spec, live_prices(config, spec, prices))
+
+
+def plan_from_prices(config: ClusterConfig, spec: ProviderSpec, prices: PriceTable) -> ClusterPlan:
     head_type = config.head_type
     head = NodeGroupPlan(
         head_type,
@@ -160,6 +174,7 @@ def _cost(
         as_of=prices.dated(spec.type),
         reference_region=region,
         note=prices.note,
+        live_note=prices.live_notes.get(spec.type, ""),
     )
 
 

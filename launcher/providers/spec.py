@@ -20,6 +20,7 @@ import yaml
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
 from launcher.config.problems import Problem, Severity
 from launcher.pricing import HourlyPrice, PriceTable
+from launcher.pricing.quotes import PriceRequest
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,9 @@ class ProviderSpec:
     # The dated price table in the spec's package (`prices.json`), None where nodes have
     # no list price (this machine, on-prem, Kubernetes).
     price_file: str | None = None
+    # The module of launcher.pricing that reads the cloud's published prices (its
+    # `SOURCE`), None where the cloud publishes none; see launcher/pricing/live.py.
+    price_source: str | None = None
     # What a controller of this provider's recovering runs is given; None: such a cluster
     # cannot be supervised from another machine (its nodes are this machine's processes).
     controller_credentials: ControllerCredentials | None = None
@@ -143,6 +147,10 @@ class ProviderSpec:
         self, config: ClusterConfig, node_type: NodeType, prices: PriceTable
     ) -> NodeOffer:
         return NodeOffer(description=node_type.name, spot=False, price=None, billed=False)
+
+    def price_request(self, config: ClusterConfig, prices: PriceTable) -> PriceRequest | None:
+        """The live prices the cluster's nodes need (`price_source`), None for none."""
+        return None
 
 
 @cache

@@ -10,6 +10,7 @@ from launcher.config.frozen import freeze
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
 from launcher.config.problems import Problem
 from launcher.pricing import PriceTable, load_prices
+from launcher.pricing.quotes import PriceRequest
 from launcher.providers.aws.launch import is_spot, names_groups, needs_key
 from launcher.providers.aws.names import (
     default_group_name,
@@ -109,6 +110,7 @@ class AwsSpec(ProviderSpec):
     type = "aws"
     implementation = "launcher.providers.aws.provider:AwsProvider"
     price_file = "prices.json"
+    price_source = "launcher.pricing.aws"
     title = "aws"
     controller_credentials = ControllerCredentials(
         variables=(
@@ -318,6 +320,21 @@ class AwsSpec(ProviderSpec):
             return NodeOffer("instance type from launch template", spot, None)
         info = prices.machine("aws", kind)
         return NodeOffer(kind, spot, info.price if info else None)
+
+    def price_request(self, config: ClusterConfig, prices: PriceTable) -> PriceRequest | None:
+        """Every node type's instance type in the cluster's region, at its zones' prices."""
+        provider = _settings(config)
+        kinds = sorted(
+            {
+                kind
+                for t in config.node_types.values()
+                if isinstance(kind := t.node_config.get("InstanceType"), str)
+            }
+        )
+        known = {k: info for k in kinds if (info := prices.machine("aws", k)) is not None}
+        return PriceRequest(
+            "aws", provider.region, provider.availability_zones, tuple(kinds), known=known
+        )
 
 
 def _ssh_sources(provider: AwsProviderConfig) -> str:

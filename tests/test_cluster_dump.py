@@ -447,6 +447,28 @@ def test_dump_of_a_real_cluster_holds_every_nodes_logs(
     parts = json.loads(files["manifest.json"])["parts"]
     assert not [p for p in parts if p.get("shared_with")]
     assert "Not gathered" not in files["MANIFEST.txt"].decode()
+    # As `ray cluster-dump` by default: each node's packages and processes.
+    for node in nodes:
+        assert b"ray==" in files[f"info/{node['id']}/pip.txt"].lower()
+        assert b"raylet" in files[f"info/{node['id']}/processes.txt"]
+    # Ray's flags: no packages or processes, no logs but Ray's debug state, this machine's.
+    lean = run(
+        "cluster-dump",
+        str(path),
+        "--no-pip",
+        "--no-processes",
+        "--no-logs",
+        "-L",
+        "-T",
+        str(out_dir / "lean.tar.gz"),
+        cwd=out_dir,
+    )
+    assert lean.returncode == 0, lean.stdout + lean.stderr
+    names = set(_members(out_dir / "lean.tar.gz"))
+    assert not [n for n in names if n.startswith("info/")]
+    ray_files = [n for n in names if n.startswith("ray/")]
+    assert ray_files and all(n.rsplit("/", 1)[-1].startswith("debug_state") for n in ray_files)
+    assert {"setup/this-machine/pip.txt", "setup/this-machine/processes.txt"} <= names
 
     down = run("down", "-y", str(path))
     assert down.returncode == 0, down.stderr

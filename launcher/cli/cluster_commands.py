@@ -13,6 +13,7 @@ import click
 
 from launcher.cli.app import FiniteFloatRange, Settings, cli
 from launcher.cli.progress import ProgressView
+from launcher.cli.ray_options import USAGE_STATS_OFF, log_options, usage_stats_option
 from launcher.cluster import lifecycle, ops
 from launcher.cluster.autostop_setting import (
     apply_config_autostop,
@@ -128,7 +129,7 @@ def echo_line(line: str) -> None:
 def _up(
     settings: Settings, path: str, overrides: Overrides, yes: bool, options: lifecycle.UpOptions
 ) -> lifecycle.UpResult:
-    with ProgressView(settings.output.err_console) as view:
+    with ProgressView(settings.output.err_console, live=settings.output.live_view()) as view:
         result = lifecycle.up(path, overrides, options, view, confirmer(yes))
     out = settings.output
     workers = len(result.workers)
@@ -150,7 +151,7 @@ def down_cluster(
     yes: bool = True,
     purge: bool = False,
 ) -> None:
-    with ProgressView(settings.output.err_console) as view:
+    with ProgressView(settings.output.err_console, live=settings.output.live_view()) as view:
         result = lifecycle.down(
             path,
             Overrides(cluster_name=cluster_name),
@@ -208,6 +209,20 @@ def down_cluster(
     is_flag=True,
     help="With -i: tear the cluster down when idle instead of stopping its nodes.",
 )
+@click.option(
+    "--redirect-command-output",
+    is_flag=True,
+    help="Accepted for compatibility with `ray`: each node's command output always goes to "
+    "its log file (see `launcher cluster-dump`); the terminal shows each node's progress.",
+)
+@click.option(
+    "--use-login-shells/--use-normal-shells",
+    default=True,
+    help="Commands run in login shells (bash --login -i), as Ray runs them by default; "
+    "normal shells are not supported.",
+)
+@usage_stats_option
+@log_options
 @yes_option
 @name_option
 @cache_option
@@ -222,11 +237,20 @@ def up(
     no_wait: bool,
     idle_minutes: str | None,
     autostop_down: bool,
+    redirect_command_output: bool,
+    use_login_shells: bool,
+    disable_usage_stats: bool,
     yes: bool,
     cluster_name: str | None,
     no_config_cache: bool,
 ) -> None:
     """Create or update a cluster: the head node, its setup, Ray and the autoscaler."""
+    if not use_login_shells:
+        raise UsageError(
+            "--use-normal-shells is not supported: the launcher runs every node command in "
+            "a login shell (bash --login -i), so ~/.bashrc's PATH (conda, pyenv) applies; "
+            "drop the flag"
+        )
     if no_restart and restart_only:
         raise UsageError("--no-restart and --restart-only contradict each other; pick one")
     if autostop_down and idle_minutes is None:
@@ -246,7 +270,10 @@ def up(
         overrides,
         yes,
         lifecycle.UpOptions(
-            restart_only=restart_only, no_restart=no_restart, wait_for_workers=not no_wait
+            restart_only=restart_only,
+            no_restart=no_restart,
+            wait_for_workers=not no_wait,
+            extra_env=USAGE_STATS_OFF if disable_usage_stats else {},
         ),
     )
     if autostop is not None:
@@ -273,6 +300,7 @@ def up(
     is_flag=True,
     help="Also remove what `up` reuses across clusters (cloud key pair, security group, IAM role).",
 )
+@log_options
 @yes_option
 @name_option
 @click.pass_obj
@@ -304,12 +332,15 @@ def run_with_lifecycle(
     start: bool,
     stop: bool | Callable[[], bool],
     action: Callable[[ClusterConfig], int],
+    head_env: Mapping[str, str] | None = None,
 ) -> int:
-    """Start the cluster first if asked; always take it down after if asked (`stop`, or
-    what it says once the action is over), even on Ctrl-C or a failure while starting."""
+    """Start the cluster first if asked (`head_env` for the head's commands); always take
+    it down after if asked (`stop`, or what it says once the action is over), even on
+    Ctrl-C or a failure while starting."""
     try:
         if start:
-            _up(settings, path, Overrides(cluster_name=cluster_name), True, lifecycle.UpOptions())
+            options = lifecycle.UpOptions(extra_env=dict(head_env or {}))
+            _up(settings, path, Overrides(cluster_name=cluster_name), True, options)
         return action(cli_config(path, cluster_name))
     finally:
         if stop() if callable(stop) else stop:
@@ -331,10 +362,20 @@ def report_session(settings: Settings, name: str | None, how: str) -> None:
 @cli.command(name="exec")
 @config_argument
 @click.argument("cmd")
+@click.option(
+    "--run-env",
+    type=click.Choice(["auto", "host", "docker"]),
+    default="auto",
+    show_default=True,
+    help="Where on the head the command runs: in its container when it has one (auto, "
+    "docker) or on its host.",
+)
 @click.option("--start", is_flag=True, help="Start the cluster first if needed.")
 @click.option("--stop", is_flag=True, help="Take the cluster down after the command.")
 @session_options
 @port_option
+@usage_stats_option
+@log_options
 @name_option
 @cache_option
 @click.pass_obj
@@ -342,23 +383,41 @@ def exec_command(
     settings: Settings,
     cluster_config_file: str,
     cmd: str,
+    run_env: str,
     start: bool,
     stop: bool,
     screen: bool,
     tmux: bool,
     port_forward: tuple[tuple[int, int], ...],
+    disable_usage_stats: bool,
     cluster_name: str | None,
     no_config_cache: bool,
 ) -> None:
     """Run a shell command on the head node, with RAY_ADDRESS set; exits with its code."""
-    options = ops.RunOptions(screen=screen, tmux=tmux, port_forward=port_forward)
+    options = ops.RunOptions(
+        screen=screen,
+        tmux=tmux,
+        port_forward=port_forward,
+        run_env=run_env,
+        extra_env=USAGE_STATS_OFF if disable_usage_stats else {},
+    )
 
     def action(config: ClusterConfig) -> int:
         code, session = ops.exec_on_head(config, cmd, options, echo_line)
         report_session(settings, session, "tmux" if tmux else "screen")
         return code
 
-    sys.exit(run_with_lifecycle(settings, cluster_config_file, cluster_name, start, stop, action))
+    sys.exit(
+        run_with_lifecycle(
+            settings,
+            cluster_config_file,
+            cluster_name,
+            start,
+            stop,
+            action,
+            USAGE_STATS_OFF if disable_usage_stats else {},
+        )
+    )
 
 
 @cli.command()
@@ -366,7 +425,15 @@ def exec_command(
 @click.option("--start", is_flag=True, help="Start the cluster first if needed.")
 @session_options
 @click.option("-N", "--new", is_flag=True, help="Start a new tmux/screen session.")
+@click.option(
+    "--node-ip",
+    default=None,
+    metavar="IP",
+    help="Attach to the node with this IP (as `launcher get-worker-ips` prints) instead "
+    "of the head.",
+)
 @port_option
+@log_options
 @name_option
 @cache_option
 @click.pass_obj
@@ -377,36 +444,53 @@ def attach(
     screen: bool,
     tmux: bool,
     new: bool,
+    node_ip: str | None,
     port_forward: tuple[tuple[int, int], ...],
     cluster_name: str | None,
     no_config_cache: bool,
 ) -> None:
-    """Open an interactive shell on the head node."""
+    """Open an interactive shell on the head node (or, with --node-ip, another node)."""
     if new and not (screen or tmux):
         raise UsageError("--new needs --tmux or --screen")
 
     def action(config: ClusterConfig) -> int:
-        return ops.attach(config, screen=screen, tmux=tmux, new=new, port_forward=port_forward)
+        return ops.attach(
+            config,
+            screen=screen,
+            tmux=tmux,
+            new=new,
+            port_forward=port_forward,
+            node_ip=node_ip,
+        )
 
     sys.exit(run_with_lifecycle(settings, cluster_config_file, cluster_name, start, False, action))
 
 
 def _rsync(up: bool) -> Callable[..., None]:
-    @config_argument
-    @click.argument("source")
-    @click.argument("target")
-    @name_option
-    @click.pass_obj
     def command(
         settings: Settings,
         cluster_config_file: str,
         source: str,
         target: str,
         cluster_name: str | None,
+        all_nodes: bool = False,
     ) -> None:
-        ops.rsync(cli_config(cluster_config_file, cluster_name), source, target, up=up)
+        config = cli_config(cluster_config_file, cluster_name)
+        for line in ops.rsync(config, source, target, up=up, all_nodes=all_nodes):
+            settings.output.line(line)
 
-    return command
+    if up:
+        command = click.option(
+            "-A",
+            "--all-nodes",
+            is_flag=True,
+            help="Copy to every running node (the head and each worker), not the head only.",
+        )(command)
+    return config_argument(
+        click.argument("source")(
+            click.argument("target")(log_options(name_option(click.pass_obj(command))))
+        )
+    )
 
 
 cli.command(name="rsync-up", help="Copy SOURCE on this machine to TARGET on the head node.")(
@@ -439,12 +523,30 @@ def get_worker_ips(settings: Settings, cluster_config_file: str, cluster_name: s
 @cli.command()
 @config_argument
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@click.option(
+    "--address",
+    default=None,
+    metavar="HOST:PORT",
+    help="Not supported: `ray status --address` reads a running Ray cluster by its GCS "
+    "address; this reads the cluster CLUSTER.yaml names (its nodes, runs and autoscaler).",
+)
+@log_options
 @name_option
 @click.pass_obj
 def status(
-    settings: Settings, cluster_config_file: str, as_json: bool, cluster_name: str | None
+    settings: Settings,
+    cluster_config_file: str,
+    as_json: bool,
+    address: str | None,
+    cluster_name: str | None,
 ) -> None:
     """Show the cluster's nodes: kind, type, IP, state and resources."""
+    if address is not None:
+        raise UsageError(
+            "--address is not supported: `launcher status` reads the cluster CLUSTER.yaml "
+            "names; for a Ray cluster known only by its address run `ray status --address "
+            f"{address}` on a machine with Ray"
+        )
     config = cli_config(cluster_config_file, cluster_name)
     result = ops.status(config)
     # The recovering runs not ended yet: from any machine with the config, as the nodes
@@ -471,6 +573,7 @@ def status(
     help="How many lines of the log to show first.",
 )
 @click.option("--no-follow", is_flag=True, help="Print the lines and exit instead of following.")
+@log_options
 @name_option
 @click.pass_obj
 def monitor(

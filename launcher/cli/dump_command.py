@@ -31,16 +31,65 @@ class Size(click.ParamType):  # type: ignore[type-arg]
             self.fail(str(exc), param, ctx)
 
 
-@cli.command(name="cluster-dump")
+def _ad_hoc(f: Any) -> Any:
+    """`ray cluster-dump`'s options for hosts not launched from a config, refused."""
+    for names, help_text in (
+        (("-h", "--host"), "Not supported (a dump of the cluster CLUSTER.yaml names only)."),
+        (("-U", "--ssh-user"), "Not supported: the config's auth.ssh_user is used."),
+        (("-K", "--ssh-key"), "Not supported: the config's auth.ssh_private_key is used."),
+        (("-d", "--docker"), "Not supported: the config's docker.container_name is used."),
+    ):
+        f = click.option(*names, default=None, help=help_text)(f)
+    return f
+
+
+@cli.command(name="cluster-dump", context_settings={"help_option_names": ["--help"]})
 @config_argument
 @click.option(
     "-o",
     "--output",
+    "-T",
+    "--tempfile",
+    "output",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     help="Write the tarball here instead of launcher-dump-CLUSTER-YYYYmmdd-HHMMSS.tar.gz "
-    "in the current directory.",
+    "in the current directory (-T/--tempfile: `ray cluster-dump`'s name for it).",
 )
+@click.option(
+    "--logs/--no-logs", default=True, show_default=True, help="Ray's session logs of each node."
+)
+@click.option(
+    "--debug-state/--no-debug-state",
+    default=True,
+    show_default=True,
+    help="Ray's debug_state*.txt of each node (with --no-logs: those alone).",
+)
+@click.option(
+    "--pip/--no-pip",
+    default=True,
+    show_default=True,
+    help="Each node's installed Python packages (its python3's pip list).",
+)
+@click.option(
+    "--processes/--no-processes",
+    default=True,
+    show_default=True,
+    help="Each node's running processes (ps).",
+)
+@click.option(
+    "--processes-verbose/--no-processes-verbose",
+    default=True,
+    show_default=True,
+    help="With each process's user, CPU, memory and whole command line.",
+)
+@click.option(
+    "-L",
+    "--local",
+    is_flag=True,
+    help="Also this machine's packages (the launcher's Python) and processes.",
+)
+@_ad_hoc
 @click.option(
     "--max-size",
     type=Size(),
@@ -56,6 +105,16 @@ def cluster_dump(
     settings: Settings,
     cluster_config_file: str,
     output: Path | None,
+    logs: bool,
+    debug_state: bool,
+    pip: bool,
+    processes: bool,
+    processes_verbose: bool,
+    local: bool,
+    host: str | None,
+    ssh_user: str | None,
+    ssh_key: str | None,
+    docker: str | None,
     max_size: int,
     cluster_name: str | None,
 ) -> None:
@@ -67,6 +126,8 @@ def cluster_dump(
       autoscaler/         the autoscaler's decision log and last state (on the head)
       ray/NODE/           Ray's session logs of each node (session_latest/logs under
                           Ray's temp dir, in the node's container if it has one)
+      info/NODE/          each node's pip.txt (its python3's packages) and processes.txt
+      setup/this-machine/ with -L: this machine's packages and processes
       MANIFEST.txt        the summary printed at the end; manifest.json: every file
 
     Nodes are read in parallel. Nodes that share one directory (every node of a localhost
@@ -74,13 +135,39 @@ def cluster_dump(
     A node that cannot be reached is named in the summary and the dump is written
     without it; the exit code is 1 only when nothing could be gathered from any node.
     """
+    given = [
+        n
+        for n, v in (
+            ("--host", host),
+            ("--ssh-user", ssh_user),
+            ("--ssh-key", ssh_key),
+            ("--docker", docker),
+        )
+        if v is not None
+    ]
+    if given:
+        raise UsageError(
+            f"{', '.join(given)}: not supported; `launcher cluster-dump` gathers the cluster "
+            "CLUSTER.yaml names, reaching its nodes as the config says (for machines the "
+            "launcher did not start, write an on-prem config naming them)"
+        )
     config = cli_config(cluster_config_file, cluster_name)
     err = settings.output.err_console
 
     def progress(line: str) -> None:
         err.print(line, markup=False, highlight=False)
 
-    result = dump(config, DumpOptions(output=output, max_bytes=max_size), progress)
+    options = DumpOptions(
+        output=output,
+        max_bytes=max_size,
+        logs=logs,
+        debug_state=debug_state,
+        pip=pip,
+        processes=processes,
+        processes_verbose=processes_verbose,
+        local=local,
+    )
+    result = dump(config, options, progress)
     out = settings.output
     out.line(f"Wrote {result.path} ({format_size(result.archive_bytes)}).")
     out.line()

@@ -95,7 +95,7 @@ def supervise_here(
 ) -> Run:
     """Supervise `run` from this process until it ends. Ctrl-C cancels it (`cancel`) or
     only lets go of it; SIGTERM lets go of it (the run goes on, unsupervised)."""
-    with ProgressView(settings.output.err_console) as view:
+    with ProgressView(settings.output.err_console, live=settings.output.live_view()) as view:
         supervisor = Supervisor(run, config, overrides, settings.output.line, echo_line, view)
         try:
             with _sigterm_as_interrupt():

@@ -12,6 +12,7 @@ import click
 
 from launcher.cli.app import FiniteFloatRange, Settings, cli
 from launcher.cli.cluster_commands import (
+    cache_option,
     cli_config,
     config_argument,
     confirmer,
@@ -115,6 +116,7 @@ def _done(result: KillResult, source: str) -> str:
 @cli.command()
 @config_argument
 @click.option(
+    "-p",
     "--port",
     type=click.IntRange(1, 65535),
     default=RAY_DASHBOARD_PORT,
@@ -129,6 +131,7 @@ def _done(result: KillResult, source: str) -> str:
     f"else {RAY_DASHBOARD_PORT}].",
 )
 @name_option
+@cache_option
 @click.pass_obj
 def dashboard(
     settings: Settings,
@@ -136,6 +139,7 @@ def dashboard(
     port: int,
     remote_port: int | None,
     cluster_name: str | None,
+    no_config_cache: bool,
 ) -> None:
     """Forward Ray's dashboard from the head to this machine until Ctrl-C, and print its
     local URL once it answers."""

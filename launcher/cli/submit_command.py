@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import sys
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from launcher.cli.jobs_commands import (
     say_run_end,
     supervise_here,
 )
+from launcher.cli.ray_options import USAGE_STATS_OFF, log_options, usage_stats_option
 from launcher.cluster import ops
 from launcher.cluster.head import connect
 from launcher.config.loader import Overrides, load_config
@@ -36,7 +38,36 @@ from launcher.runs.model import Run
 from launcher.runs.storage import check_storage
 
 
-@cli.command(context_settings={"ignore_unknown_options": True})
+class SubmitCommand(click.Command):
+    """Options the script does not know are passed to it, but only after SCRIPT: before it,
+    an option `submit` does not know is refused as click refuses any ("no such option"),
+    not taken for the script's path."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes_value = {
+            name: not (param.is_flag or param.count)
+            for param in self.get_params(ctx)
+            if isinstance(param, click.Option)
+            for name in (*param.opts, *param.secondary_opts)
+        }
+        positionals, i = 0, 0
+        while i < len(args) and positionals < 2:  # CLUSTER.yaml and SCRIPT
+            word = args[i]
+            if word == "--":
+                break
+            if word.startswith("-") and word != "-":
+                name = word.split("=", 1)[0]
+                if name not in takes_value:
+                    raise click.NoSuchOption(name, ctx=ctx)
+                if takes_value[name] and "=" not in word:
+                    i += 1
+            else:
+                positionals += 1
+            i += 1
+        return super().parse_args(ctx, args)
+
+
+@cli.command(cls=SubmitCommand, context_settings={"ignore_unknown_options": True})
 @config_argument
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
@@ -82,8 +113,24 @@ from launcher.runs.storage import check_storage
     "outlives this one (closed, asleep, gone); the launcher, the run and the provider's "
     "credentials are put there [default: metadata.launcher.recover.controller].",
 )
+@click.option(
+    "--args",
+    "joined_args",
+    default=None,
+    metavar="'ARG ...'",
+    help="(deprecated in `ray` too) The script's arguments as one string, split as a shell "
+    "would; give them after SCRIPT instead.",
+)
+@click.option(
+    "--extra-screen-args",
+    default=None,
+    metavar="ARGS",
+    help="With --screen: added to the `screen` command (e.g. '-L' to log the session).",
+)
 @session_options
 @port_option
+@usage_stats_option
+@log_options
 @name_option
 @cache_option
 @click.pass_obj
@@ -99,14 +146,35 @@ def submit(
     max_restarts_on_errors: int | None,
     detach: bool,
     controller: str | None,
+    joined_args: str | None,
+    extra_screen_args: str | None,
     screen: bool,
     tmux: bool,
     port_forward: tuple[tuple[int, int], ...],
+    disable_usage_stats: bool,
     cluster_name: str | None,
     no_config_cache: bool,
 ) -> None:
     """Copy a Python script to the head node and run it there; exits with its code."""
-    options = ops.RunOptions(screen=screen, tmux=tmux, port_forward=port_forward)
+    if extra_screen_args is not None and not screen:
+        raise UsageError("--extra-screen-args goes with --screen")
+    if joined_args is not None:
+        if script_args:
+            raise UsageError(
+                "give the script's arguments either after SCRIPT or with --args, not both"
+            )
+        try:
+            script_args = tuple(shlex.split(joined_args))
+        except ValueError as exc:
+            raise UsageError(f"--args {joined_args!r}: {exc}") from exc
+    usage_env = USAGE_STATS_OFF if disable_usage_stats else {}
+    options = ops.RunOptions(
+        screen=screen,
+        tmux=tmux,
+        port_forward=port_forward,
+        extra_env=usage_env,
+        extra_screen_args=extra_screen_args or "",
+    )
     recovering = recover is True or (recover is None and _config_recovers(cluster_config_file))
     if not recovering:
         if detach or storage_path or max_restarts_on_errors is not None or controller:
@@ -121,7 +189,9 @@ def submit(
             return code
 
         sys.exit(
-            run_with_lifecycle(settings, cluster_config_file, cluster_name, start, stop, action)
+            run_with_lifecycle(
+                settings, cluster_config_file, cluster_name, start, stop, action, usage_env
+            )
         )
     _refuse_with_recover(screen or tmux or bool(port_forward), storage_path)
     overrides = Overrides(cluster_name=cluster_name, controller=controller)
@@ -165,6 +235,7 @@ def submit(
             # A supervisor of the run's own takes the cluster down once the run has ended.
             lambda: stop and not handed_off and not (detach and not on_controller),
             recovering_action,
+            usage_env,
         )
     )
 

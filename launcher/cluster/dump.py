@@ -19,9 +19,12 @@ Three steps, the middle one pure:
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import io
 import json
 import shlex
+import subprocess
+import sys
 import tarfile
 import tempfile
 import threading
@@ -35,6 +38,8 @@ from pathlib import Path, PurePosixPath
 from launcher.cluster.dump_plan import (
     DEFAULT_MAX_BYTES,
     LOCAL,
+    PS_SHORT,
+    PS_VERBOSE,
     DumpResult,
     FileInfo,
     Listing,
@@ -47,6 +52,7 @@ from launcher.cluster.dump_plan import (
     cut_header,
     dump_name,
     format_size,
+    info_target,
     manifest_json,
     parse_survey,
     ray_target,
@@ -77,8 +83,16 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class DumpOptions:
+    """What to gather, as `ray cluster-dump`'s flags say it (the same defaults)."""
+
     output: Path | None = None  # default: dump_name(...).tar.gz in the current directory
     max_bytes: int = DEFAULT_MAX_BYTES
+    logs: bool = True  # Ray's session logs of each node
+    debug_state: bool = True  # Ray's debug_state*.txt (with its logs, or alone without)
+    pip: bool = True  # each node's installed Python packages
+    processes: bool = True  # each node's running processes
+    processes_verbose: bool = True  # with user, CPU, memory and command line
+    local: bool = False  # this machine's packages and processes too
 
 
 @dataclass
@@ -133,11 +147,24 @@ def dump(
 
         head = session.head
         jobs = [_Job(autoscaler_target(head), runner(head, daemon=True), session.env)]
-        jobs += [
-            _Job(ray_target(config, n), runner(n), provider.access.node_env(n, head)) for n in nodes
-        ]
+        for n in nodes:
+            env = provider.access.node_env(n, head)
+            if options.logs or options.debug_state:
+                target = ray_target(config, n, debug_state_only=not options.logs)
+                jobs.append(_Job(target, runner(n), env))
+            info = info_target(n, options.pip, options.processes, options.processes_verbose)
+            if info is not None:
+                jobs.append(_Job(info, runner(n), env))
         base = DumpResult(output, config.cluster_name, when, options.max_bytes, tuple(nodes), ())
-        return _gather(base, jobs, staging, _locked(progress or (lambda _line: None)))
+        local = _local_info(staging, options) if options.local else []
+        return _gather(
+            base,
+            jobs,
+            staging,
+            _locked(progress or (lambda _line: None)),
+            local,
+            skip_debug_state=not options.debug_state,
+        )
 
 
 def _locked(progress: Progress) -> Progress:
@@ -150,12 +177,48 @@ def _locked(progress: Progress) -> Progress:
     return report
 
 
-def _gather(base: DumpResult, jobs: list[_Job], staging: Path, progress: Progress) -> DumpResult:
+def _local_info(staging: Path, options: DumpOptions) -> list[FileInfo]:
+    """This machine's packages (of the launcher's own Python) and processes, as files."""
+    folder = staging / "this-machine"
+    folder.mkdir()
+    made: list[FileInfo] = []
+    commands = {
+        "pip.txt": [sys.executable, "-m", "pip", "list", "--format=freeze"],
+        "processes.txt": [
+            "ps",
+            "-ww",
+            "-eo",
+            PS_VERBOSE if options.processes_verbose else PS_SHORT,
+        ],
+    }
+    for name, command in commands.items():
+        try:
+            done = subprocess.run(command, capture_output=True, timeout=60, check=False)
+            text = done.stdout + done.stderr
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            text = f"{' '.join(command)}: {exc}\n".encode()
+        path = folder / name
+        path.write_bytes(text)
+        made.append(FileInfo(str(path), len(text), time.time(), f"this-machine/{name}"))
+    return made
+
+
+def _gather(
+    base: DumpResult,
+    jobs: list[_Job],
+    staging: Path,
+    progress: Progress,
+    local_info: Sequence[FileInfo] = (),
+    skip_debug_state: bool = False,
+) -> DumpResult:
     with ThreadPoolExecutor(min(MAX_THREADS, len(jobs))) as pool:
         list(pool.map(lambda job: _survey(job, progress), jobs))
+    for job in jobs:
+        if job.listing is not None:
+            job.listing = _kept(job.listing, job.target.only, skip_debug_state)
     shared = shared_with([(job.target, job.listing) for job in jobs if job.listing is not None])
     local = local_setup_logs(base.cluster_name)
-    wanted = [Wanted("setup", f, priority=0) for f in local]
+    wanted = [Wanted("setup", f, priority=0) for f in [*local, *local_info]]
     for job in jobs:
         if job.listing is not None and job.target.key not in shared:
             files = sorted(job.listing.files, key=lambda f: f.name)
@@ -204,6 +267,19 @@ def _parts(
     return parts
 
 
+def _kept(listing: Listing, only: str, skip_debug_state: bool) -> Listing:
+    """`listing` less what the dump leaves out: files not matching `only`, and Ray's
+    debug_state*.txt when they are not wanted."""
+
+    def wanted(info: FileInfo) -> bool:
+        name = PurePosixPath(info.path).name
+        if only and not fnmatch.fnmatch(name, only):
+            return False
+        return not (skip_debug_state and fnmatch.fnmatch(name, "debug_state*.txt"))
+
+    return replace(listing, files=tuple(f for f in listing.files if wanted(f)))
+
+
 def _why(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[-1]}" if text else type(exc).__name__
@@ -223,8 +299,11 @@ def _survey(job: _Job, progress: Progress) -> None:
             job.problem = f"cannot reach it: {why}"
         else:
             lines: list[str] = []
+            script = survey_script(job.target.paths)
+            if job.target.prepare:
+                script = f"( {job.target.prepare}\n) >/dev/null 2>&1\n{script}"
             result = job.runner.run(
-                survey_script(job.target.paths),
+                script,
                 job.env,
                 timeout=SURVEY_TIMEOUT_S,
                 echo=lines.append,
@@ -299,6 +378,8 @@ def _fetch(job: _Job, slices: Sequence[Slice], staging: Path, progress: Progress
     finally:
         with contextlib.suppress(Exception):
             clean = f'cd "$HOME" && rm -rf {base}.d {base}.plan {base}.tar.gz'
+            if job.target.cleanup:
+                clean = f"{clean}; {job.target.cleanup}"
             runner.run(clean, job.env, timeout=SURVEY_TIMEOUT_S)
 
 

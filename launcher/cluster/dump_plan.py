@@ -90,6 +90,9 @@ class Target:
     paths: tuple[str, ...]
     shareable: bool = False  # a directory other nodes on the same machine may share
     priority: int = 1  # 0: the launcher's own files, kept first when space is short
+    prepare: str = ""  # shell run on the node before its files are listed (makes them)
+    cleanup: str = ""  # shell run on the node once they are fetched
+    only: str = ""  # a glob: of the files found, only those whose name matches it
 
 
 def autoscaler_target(head: Node) -> Target:
@@ -97,9 +100,55 @@ def autoscaler_target(head: Node) -> Target:
     return Target("autoscaler", head.id, "autoscaler", paths, priority=0)
 
 
-def ray_target(config: ClusterConfig, node: Node) -> Target:
+def ray_target(config: ClusterConfig, node: Node, debug_state_only: bool = False) -> Target:
+    """Ray's session logs of `node` (`debug_state_only`: only its debug_state*.txt files)."""
     paths = (ray_logs_path(config, node),)
+    if debug_state_only:
+        return Target(
+            f"ray/{node.id}",
+            node.id,
+            "Ray debug state",
+            paths,
+            shareable=True,
+            only="debug_state*.txt",
+        )
     return Target(f"ray/{node.id}", node.id, "Ray logs", paths, shareable=True)
+
+
+INFO_DIR = ".launcher-dump-info"  # under the node's home, while a dump runs
+# `ps` columns: the short list names each process and its parent; verbose adds its user,
+# CPU and memory use and whole command line (as `ray cluster-dump --processes-verbose`).
+PS_SHORT = "pid,ppid,etime,comm"
+PS_VERBOSE = "pid,ppid,user,%cpu,%mem,rss,etime,args"
+
+
+def info_script(pip: bool, processes: bool, verbose: bool) -> str:
+    """Shell writing the node's installed Python packages (`pip.txt`: its python3's) and
+    running processes (`processes.txt`) into ~/INFO_DIR."""
+    lines = [f'd="$HOME"/{INFO_DIR}', 'rm -rf "$d" && mkdir -p "$d" || exit 2']
+    if pip:
+        lines.append(
+            '{ python3 -m pip list --format=freeze 2>&1 || pip freeze 2>&1; } > "$d/pip.txt"'
+        )
+    if processes:
+        columns = PS_VERBOSE if verbose else PS_SHORT
+        lines.append(f'ps -ww -eo {columns} > "$d/processes.txt" 2>&1')
+    return "\n".join(lines)
+
+
+def info_target(node: Node, pip: bool, processes: bool, verbose: bool) -> Target | None:
+    """The node's packages and processes, made on it for the dump; None when neither."""
+    if not (pip or processes):
+        return None
+    what = " and ".join(w for w, on in (("packages", pip), ("processes", processes)) if on)
+    return Target(
+        f"info/{node.id}",
+        node.id,
+        what,
+        (f'"$HOME"/{INFO_DIR}',),
+        prepare=info_script(pip, processes, verbose),
+        cleanup=f'rm -rf "$HOME"/{INFO_DIR}',
+    )
 
 
 @dataclass(frozen=True)

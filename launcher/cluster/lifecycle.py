@@ -60,6 +60,7 @@ class UpOptions:
     # Called with the head once its Ray is up, before its autoscaler is installed or started
     # (a run's recovery starts its kept workers' Ray against the new head from here).
     on_head_ready: Callable[[Node], None] | None = None
+    extra_env: Mapping[str, str] = field(default_factory=dict)  # for the head's commands
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,7 @@ def up(
                 restart_only=options.restart_only,
                 no_restart=options.no_restart,
                 ready_timeout_s=options.ready_timeout_s,
+                extra_env=options.extra_env,
             ),
             events,
         ).run()

@@ -6,8 +6,9 @@ import contextlib
 import json
 import shlex
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,15 @@ from launcher.cluster.head import (
     read_head_file,
 )
 from launcher.config.model import ClusterConfig
-from launcher.errors import NoClusterError
+from launcher.errors import NoClusterError, UsageError
 from launcher.ledger.keeping import note_listing
-from launcher.providers.base import Node, NodeKind
+from launcher.paths import node_log
+from launcher.providers.base import Node, NodeKind, NodeState
 from launcher.providers.factory import make_provider
-from launcher.runners.base import OutputSink
-from launcher.runners.container import host_runner
+from launcher.runners.base import CommandRunner, OutputSink
+from launcher.runners.container import ContainerRunner, host_runner
 from launcher.runners.forward import forwarding
+from launcher.updater.runner import node_runner
 from launcher.updater.updater import upload_excludes
 
 
@@ -36,10 +39,20 @@ class RunOptions:
     screen: bool = False
     tmux: bool = False
     port_forward: tuple[tuple[int, int], ...] = ()
+    # Where on the head: "auto" and "docker" in its container when it has one ("docker"
+    # refuses a head without one), "host" on its host.
+    run_env: str = "auto"
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    extra_screen_args: str = ""  # added to `screen` (with screen=True), as `ray submit` does
 
 
 def wrap_session(
-    command: str, *, screen: bool, tmux: bool, folder: str = SESSIONS_DIR
+    command: str,
+    *,
+    screen: bool,
+    tmux: bool,
+    folder: str = SESSIONS_DIR,
+    screen_args: str = "",
 ) -> tuple[str, str | None]:
     """The command to run detached in tmux or screen, and the session's name. While the
     command runs there (not the shell left open after it), it counts as an open session."""
@@ -49,7 +62,8 @@ def wrap_session(
     inner = shlex.quote(f"bash -c {shlex.quote(marked_session(command, folder))}; exec bash")
     if tmux:
         return f"tmux new-session -d -s {name} bash -c {inner}", name
-    return f"screen -dmS {name} bash -c {inner}", name
+    extra = f"{screen_args} " if screen_args.strip() else ""
+    return f"screen {extra}-dmS {name} bash -c {inner}", name
 
 
 def marked_session(command: str, folder: str = SESSIONS_DIR) -> str:
@@ -95,10 +109,28 @@ def submit_script(
 def _run(
     session: HeadSession, command: str, options: RunOptions, echo: OutputSink
 ) -> tuple[int, str | None]:
-    wrapped, name = wrap_session(command, screen=options.screen, tmux=options.tmux)
+    wrapped, name = wrap_session(
+        command,
+        screen=options.screen,
+        tmux=options.tmux,
+        screen_args=options.extra_screen_args,
+    )
+    runner = _runner_for(session, options.run_env)
+    env = {**session.env, **options.extra_env}
     with _forwarded(session, options.port_forward):
-        result = session.runner.run(marked_session(wrapped), session.env, echo=echo)
+        result = runner.run(marked_session(wrapped), env, echo=echo)
     return result.exit_code, name
+
+
+def _runner_for(session: HeadSession, run_env: str) -> CommandRunner:
+    """The head's runner for `--run-env`: its container's (auto, docker) or its host's."""
+    in_container = isinstance(session.runner, ContainerRunner)
+    if run_env == "docker" and not in_container:
+        raise UsageError(
+            "--run-env docker: the head runs no container (the config has no docker "
+            "section); use --run-env host or auto"
+        )
+    return host_runner(session.runner) if run_env == "host" else session.runner
 
 
 def attach(
@@ -108,8 +140,11 @@ def attach(
     tmux: bool,
     new: bool,
     port_forward: Sequence[tuple[int, int]],
+    node_ip: str | None = None,
 ) -> int:
     session = connect(config)
+    if node_ip is not None and node_ip != session.head.ip:
+        session = _on_node(session, node_ip)
     if tmux:
         command = "tmux new" if new else "tmux attach || tmux new"
     elif screen:
@@ -120,17 +155,55 @@ def attach(
         return session.runner.run(marked_session(command), session.env, interactive=True).exit_code
 
 
-def rsync(config: ClusterConfig, source: str, target: str, *, up: bool) -> None:
+def _on_node(session: HeadSession, node_ip: str) -> HeadSession:
+    """`session` moved to the cluster's running node at `node_ip` (the head's address in
+    its environment, as the node's own commands have it)."""
+    nodes = session.provider.nodes()
+    node = next((n for n in nodes if n.ip == node_ip), None)
+    if node is None:
+        known = ", ".join(sorted(n.ip for n in nodes if n.ip)) or "none"
+        raise UsageError(
+            f"--node-ip {node_ip}: no node of cluster {session.config.cluster_name} has that "
+            f"IP (its nodes: {known}); see `launcher get-worker-ips`"
+        )
+    config, provider = session.config, session.provider
+    runner = node_runner(provider, config, node, node_log(config.cluster_name, node.id))
+    env = provider.access.node_env(node, session.head)
+    env["RAY_ADDRESS"] = session.env["RAY_ADDRESS"]
+    return HeadSession(config, provider, node, runner, env, runner)
+
+
+def rsync(
+    config: ClusterConfig, source: str, target: str, *, up: bool, all_nodes: bool = False
+) -> list[str]:
+    """Copy to (`up`) or from the head; with `all_nodes` (up only), to every running node.
+    Returns a line per node copied to, when more than the head."""
     session = connect(config)
-    if up:
-        local = Path(source).expanduser()
-        if local.is_dir() and not source.endswith("/"):
-            # The directory itself: as its contents into target/NAME, so that excludes
-            # anchored at the copy's root mean the same to rsync and to SFTP.
-            source, target = f"{source}/", f"{target.rstrip('/')}/{local.name}/"
-        session.runner.put(source, target, excludes=upload_excludes(config, local))
-    else:
+    if not up:
         session.runner.get(source, target)
+        return []
+    local = Path(source).expanduser()
+    if local.is_dir() and not source.endswith("/"):
+        # The directory itself: as its contents into target/NAME, so that excludes
+        # anchored at the copy's root mean the same to rsync and to SFTP.
+        source, target = f"{source}/", f"{target.rstrip('/')}/{local.name}/"
+    excludes = upload_excludes(config, local)
+    session.runner.put(source, target, excludes=excludes)
+    if not all_nodes:
+        return []
+    workers = [
+        n
+        for n in session.provider.nodes()
+        if n.kind is NodeKind.WORKER and n.ip and n.state is NodeState.RUNNING
+    ]
+
+    def put(node: Node) -> None:
+        runner = node_runner(session.provider, config, node, node_log(config.cluster_name, node.id))
+        runner.put(source, target, excludes=excludes)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(workers)))) as pool:
+        list(pool.map(put, workers))
+    return [f"copied to the head and {len(workers)} worker(s)"]
 
 
 def head_ip(config: ClusterConfig) -> str:

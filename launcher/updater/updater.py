@@ -10,7 +10,7 @@ import functools
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.config.model import ClusterConfig
@@ -112,6 +112,9 @@ class UpdateOptions:
     # False: a failure is raised, but the node is neither tagged failed nor said to have
     # failed (a first try that is tried again: a kept worker started beside its new head).
     tag_failure: bool = True
+    # Added to the environment of the node's commands (`up --disable-usage-stats`: Ray's
+    # RAY_USAGE_STATS_ENABLED=0 for the head's `ray start`).
+    extra_env: Mapping[str, str] = field(default_factory=dict)
 
 
 class NodeUpdater:
@@ -156,7 +159,7 @@ class NodeUpdater:
             self._stage(NodeStatus.WAITING, "waiting for the node")
             self._wait_ready()
             self._learn_address()
-            env = self.provider.access.node_env(self.node, self.head)
+            env = {**self.provider.access.node_env(self.node, self.head), **self.options.extra_env}
             commands = self.config.commands_for(self.node.node_type, head=self.is_head)
             initialization = commands.initialization
             if isinstance(self.runner, ContainerRunner):

@@ -142,6 +142,8 @@ def _insert_needs(call: Call, project: str) -> Iterator[tuple[str, str, str]]:
 
 def refusal(server: GceServer, email: str, call: Call) -> GoogleError | None:
     """The 403 `call` gets from `email`, or None when the project's policy allows it."""
+    if call.method.endswith(".testIamPermissions"):
+        return None  # asking what one may do needs no permission
     project = call.params.get("project") or call.params.get("resource") or server.project
     if call.method.startswith("compute.") and project != server.project:
         return None
@@ -157,6 +159,14 @@ def refusal(server: GceServer, email: str, call: Call) -> GoogleError | None:
                 )
             return GoogleError(403, "forbidden", message)
     return None
+
+
+def held(server: GceServer, email: str, permissions: list[str]) -> list[str]:
+    """The `permissions` that `email` holds on the project itself (testIamPermissions)."""
+    bindings = server.iam.policy.get("bindings") or []
+    member = f"serviceAccount:{email}"
+    name = f"projects/{server.project}"
+    return [p for p in permissions if any(_grants(b, member, p, "", name) for b in bindings)]
 
 
 def _grants(binding: Mapping[str, Any], member: str, permission: str, kind: str, name: str) -> bool:

@@ -94,6 +94,8 @@ class Compute:
         self.firewalls: dict[str, dict[str, Any]] = {}
         self.project_metadata: dict[str, Any] = {"items": [], "fingerprint": EMPTY_FINGERPRINT}
         self.images: dict[tuple[str, str], str] = {}  # extra (project, family) -> image
+        # Each region's CPU quotas (fakes/gce/instance.py region_quotas); tests change them.
+        self.region_limits: dict[str, float] = {"CPUS": 24.0, "PREEMPTIBLE_CPUS": 0.0}
         self._ids = itertools.count(int(1e18) + random.randrange(10**17))
 
     # -- URLs --

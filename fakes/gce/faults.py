@@ -163,7 +163,8 @@ class Call:
     the path parameters and the query (`project`, `zone`, `instance`, `filter`,
     `requestId`...), `body` the JSON body (None without one), `zone` the zone named in the
     path (or the query's). `origin` is the instance a call came from (GceHosts' hosts set it
-    in their user agent: `launcher-origin/NAME`)."""
+    in their user agent: `launcher-origin/NAME`). `caller` is the account the call's token
+    was issued to (None before authentication)."""
 
     seq: int
     method: str
@@ -173,6 +174,7 @@ class Call:
     body: Any
     zone: str | None = None
     origin: str | None = None
+    caller: str | None = None
 
     def get(self, key: str, default: str | None = None) -> str | None:
         return self.params.get(key, default)

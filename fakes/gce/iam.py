@@ -61,6 +61,9 @@ def _etag(policy: dict[str, Any]) -> str:
     return base64.b64encode(digest.digest()[:8]).decode()
 
 
+_PERMISSION = re.compile(r"[a-z][a-zA-Z0-9]*(\.[a-zA-Z][a-zA-Z0-9]*){2}")
+
+
 class Iam:
     def __init__(self, server: GceServer) -> None:
         self.server = server
@@ -241,6 +244,24 @@ class Iam:
             "createTime": "2024-01-01T00:00:00.000Z",
             "parent": {"type": "organization", "id": "100000000001"},
         }
+
+    def test_project_permissions(self, call: Call) -> dict[str, Any]:
+        """projects.testIamPermissions: which of the permissions asked about the caller
+        holds on the project (by the policy's bindings; a conditional binding counts where
+        its condition holds for the project itself). Any caller may ask; the answer omits
+        `permissions` when it holds none, and a name that is no permission is a 400."""
+        from fakes.gce.authz import held
+
+        self._crm_project(call.params.get("resource"))
+        body = call.body if isinstance(call.body, dict) else {}
+        asked = body.get("permissions") or []
+        for permission in asked:
+            if not isinstance(permission, str) or not _PERMISSION.fullmatch(permission):
+                raise GoogleError(
+                    400, "badRequest", f"Permission {permission} is not valid for this resource."
+                )
+        granted = held(self.server, call.caller or "", list(asked))
+        return {"permissions": granted} if granted else {}
 
     def get_project_policy(self, call: Call) -> dict[str, Any]:
         """The policy; as version 1 unless the request asks for 3, in which a conditional

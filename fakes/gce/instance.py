@@ -312,10 +312,29 @@ def _region_resource(compute: Compute, region: str) -> dict[str, Any]:
         "zones": [
             compute.zone_url(z) for z, info in compute.zones.items() if info.region == region
         ],
-        "quotas": [{"metric": "CPUS", "limit": 24.0, "usage": 0.0}],
+        "quotas": region_quotas(compute, region),
         "selfLink": compute.url(f"regions/{region}"),
         "supportsPzs": False,
     }
+
+
+def region_quotas(compute: Compute, region: str) -> list[dict[str, Any]]:
+    """The region's CPU quotas (`compute.region_limits`) with their usage: the vCPUs of its
+    instances that are not TERMINATED, spot and preemptible ones under PREEMPTIBLE_CPUS
+    where that limit is above 0 (as GCE counts them), all others under CPUS."""
+    limits = compute.region_limits
+    usage = dict.fromkeys(limits, 0.0)
+    for vm in compute.vms.values():
+        if compute.zones[vm.zone].region != region or vm.res.get("status") == "TERMINATED":
+            continue
+        kind = catalog.MACHINE_TYPES.get(str(vm.res.get("machineType", "")).rsplit("/", 1)[-1])
+        spot = vm.termination is not None and limits.get("PREEMPTIBLE_CPUS", 0) > 0
+        metric = "PREEMPTIBLE_CPUS" if spot else "CPUS"
+        usage[metric] = usage.get(metric, 0.0) + (kind.cpus if kind else 0)
+    return [
+        {"metric": metric, "limit": float(limit), "usage": usage.get(metric, 0.0)}
+        for metric, limit in limits.items()
+    ]
 
 
 def get_region(compute: Compute, call: Call) -> dict[str, Any]:

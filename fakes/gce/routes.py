@@ -173,6 +173,7 @@ def _handlers() -> dict[str, Callable[[GceServer, Call], Any]]:
         "cloudresourcemanager.projects.get": Iam.get_project,
         "cloudresourcemanager.projects.getIamPolicy": Iam.get_project_policy,
         "cloudresourcemanager.projects.setIamPolicy": Iam.set_project_policy,
+        "cloudresourcemanager.projects.testIamPermissions": Iam.test_project_permissions,
     }
     for name, method in iam_methods.items():
         table[name] = _on_iam(method)

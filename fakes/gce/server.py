@@ -99,7 +99,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -417,6 +417,7 @@ class GceServer(ClientSide):
             (origin and origin.group(1)) or self.iam.token_origin(authorization),
         )
         owner = self.iam.token_owner(authorization)
+        call = replace(call, caller=owner)
         if owner is None:
             error = GoogleError(
                 401,

@@ -199,11 +199,18 @@ def _group(name: str) -> dict[str, Any]:
     return {"name": name, "versions": [version], "preferredVersion": version}
 
 
+AUTHORIZATION = "authorization.k8s.io"  # SelfSubjectAccessReview only (fakes/kube/authz.py)
+
+
 def api_group_list() -> dict[str, Any]:
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group(RBAC)]}
+    return {
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [_group(RBAC), _group(AUTHORIZATION)],
+    }
 
 
 def api_group(name: str) -> dict[str, Any] | None:
-    if name != RBAC:
+    if name not in (RBAC, AUTHORIZATION):
         return None
     return {"kind": "APIGroup", "apiVersion": "v1", **_group(name)}

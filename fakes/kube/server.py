@@ -50,8 +50,8 @@ from aiohttp import web
 
 from fakes.faults import CallLog
 
-from . import errors, resources
-from .api import WATCHES, Api, respond
+from . import authz, errors, resources
+from .api import WATCHES, Api, read_body, respond
 from .cluster import Cluster, StandInKubelet
 from .faults import Call, Faults, Logged
 from .kubeconfig import (
@@ -327,6 +327,8 @@ class KubeServer:
     # -- dispatch ----------------------------------------------------------------------
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        if request.path.rstrip("/") == authz.PATH:
+            return await self._access_review(request)
         discovery = self._discovery(request.path)
         if discovery is not None:
             if request.method != "GET":
@@ -338,6 +340,17 @@ class KubeServer:
                 404, "NotFound", "the server could not find the requested resource"
             )
         return await self.api.handle(request, target, verb(request.method, target, request.query))
+
+    async def _access_review(self, request: web.Request) -> web.StreamResponse:
+        """POST a SelfSubjectAccessReview: 201 with its status (fakes/kube/authz.py)."""
+        if request.method != "POST":
+            raise errors.ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+        identity = self._authenticate(request)
+        assert identity is not None  # the middleware refused anonymous calls
+        body = await read_body(request)
+        if not isinstance(body, dict) or body.get("kind") not in (None, authz.KIND):
+            raise errors.bad_request(f"expected a {authz.KIND}")
+        return respond(authz.review(self.store, identity, body), 201)
 
     def _discovery(self, path: str) -> Any:
         path = path.rstrip("/") or "/"
@@ -356,6 +369,8 @@ class KubeServer:
         if path.startswith("/openapi/v3/"):
             return group_version_document(path.removeprefix("/openapi/v3/"))
         parts = path.strip("/").split("/")
+        if parts[:2] == ["apis", authz.GROUP] and len(parts) == 3 and parts[2] == "v1":
+            return authz.resource_list()
         if parts[0] == "apis" and len(parts) == 2:
             return resources.api_group(parts[1])
         if parts[0] == "apis" and len(parts) == 3 and resources.api_group(parts[1]):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import re
 from collections.abc import Mapping
@@ -10,7 +11,8 @@ from typing import Any
 from launcher.config.frozen import freeze
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
 from launcher.config.problems import Problem, Severity, YamlPath, did_you_mean
-from launcher.pricing import HourlyPrice, MachineInfo, PriceTable, load_prices
+from launcher.pricing import HourlyPrice, MachineInfo, PriceTable, load_prices, static_label
+from launcher.pricing.quotes import PriceRequest
 from launcher.providers.azure import names
 from launcher.providers.azure.model import (
     DEFAULT_SUBNET,
@@ -418,6 +420,7 @@ class AzureSpec(ProviderSpec):
     install_extra = "azure"
     sdk_module = "azure.mgmt.compute"
     price_file = "prices.json"
+    price_source = "launcher.pricing.azure"
     # azure-identity's EnvironmentCredential (a service principal by secret or certificate,
     # or a user by password), the subscription, and another cloud's endpoints.
     controller_credentials = ControllerCredentials(
@@ -646,13 +649,15 @@ class AzureSpec(ProviderSpec):
             description = info.name
             if info.gpus:
                 description += f" ({info.gpus} x {info.gpu_model})"
-            price = self._regional(config, info) or info.price
+            # A live price is the location's own; else the table's row for it, if any.
+            price = info.price if info.price.live else self._regional(config, info) or info.price
         cap = max_price(node_config)
         if spot and cap is not None and cap > 0:
             description += f", max price ${cap:g}/h"
-            if price is not None:
-                spot_price = cap if price.spot is None else min(price.spot, cap)
-                price = HourlyPrice(price.on_demand, spot_price)
+            if price is not None and (price.spot is None or cap < price.spot):
+                price = dataclasses.replace(
+                    price, spot=cap, spot_source="the max price in node_config"
+                )
         return NodeOffer(description, spot, price)
 
     def _regional(self, config: ClusterConfig, info: MachineInfo) -> HourlyPrice | None:
@@ -663,7 +668,17 @@ class AzureSpec(ProviderSpec):
         row = regions.get(location, {}).get(info.name) if isinstance(regions, Mapping) else None
         if not isinstance(row, Mapping):
             return None
-        return HourlyPrice(float(row["on_demand"]), row.get("spot"))
+        label = static_label(str(rows["as_of"]), location)
+        spot = row.get("spot")
+        return HourlyPrice(float(row["on_demand"]), spot, label, label if spot is not None else "")
+
+    def price_request(self, config: ClusterConfig, prices: PriceTable) -> PriceRequest | None:
+        """Every node type's VM size (as the table names it) in the cluster's location."""
+        sizes = {size for t in config.node_types.values() if (size := vm_size(t.node_config))}
+        known = {info.name: info for s in sizes if (info := _machine(prices, s)) is not None}
+        names = sorted({*known, *(s for s in sizes if _machine(prices, s) is None)})
+        location = _settings(config).location
+        return PriceRequest("azure", location, (), tuple(names), known=known)
 
 
 def _ssh_sources(provider: AzureProviderConfig) -> str:

@@ -152,3 +152,27 @@ def test_no_credentials_says_how_to_give_them(
     assert result.exit_code == 1
     assert "no AWS credentials found" in result.stdout and "aws configure" in result.stdout
     assert outside() == []
+
+
+def test_validate_and_plan_warn_when_the_provider_extra_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_boto3(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "boto3" or name.startswith("boto3."):
+            raise ModuleNotFoundError("No module named 'boto3'", name="boto3")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(__import__("sys").modules, "boto3", raising=False)
+    monkeypatch.setattr(builtins, "__import__", no_boto3)
+    path = tmp_path / "c.yaml"
+    path.write_text("cluster_name: c\nprovider: {type: aws, region: us-west-2}\n")
+    for verb in ("validate", "plan"):
+        result = run_cli(verb, str(path))
+        assert result.exit_code == 0, result.stderr
+        assert "boto3 is not installed" in result.stderr and "pip install" in result.stderr
+    result = run_cli("check", str(path))
+    assert result.exit_code == 1 and "NOT READY: boto3 is not installed" in result.stdout

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
+from launcher.check.model import Status
+from launcher.check.run import extra_finding
 from launcher.cli.app import Settings, cli
 from launcher.cli.render_plan import render_plan
 from launcher.config.loader import load_config
 from launcher.config.model import ClusterConfig
+from launcher.config.problems import Problem, Severity
 from launcher.dryrun import make_plan
 from launcher.errors import ConfigError, UsageError
 from launcher.pricing import load_prices
@@ -68,9 +73,10 @@ def plan(settings: Settings, cluster_config_file: str, as_json: bool) -> None:
 
 
 def _load(settings: Settings, path: str, as_json: bool) -> ClusterConfig:
-    """Load a config; with --json, problems are printed as JSON on stdout too."""
+    """Load a config; with --json, problems are printed as JSON on stdout too. A provider
+    whose extra is not installed is a warning here (`up` refuses it)."""
     try:
-        return load_config(path)
+        config = load_config(path)
     except (ConfigError, UsageError) as exc:
         if not as_json:
             raise
@@ -81,3 +87,13 @@ def _load(settings: Settings, path: str, as_json: bool) -> ClusterConfig:
         )
         settings.output.json({"valid": False, "problems": problems})
         raise click.exceptions.Exit(exc.exit_code) from None
+    missing = extra_finding(SPECS[config.provider.type])
+    if missing.status is not Status.PROBLEM:
+        return config
+    warning = Problem(
+        ("provider", "type"),
+        f"{missing.detail}: `up` cannot use the {config.provider.type} provider here",
+        missing.fix,
+        severity=Severity.WARNING,
+    )
+    return dataclasses.replace(config, warnings=(*config.warnings, warning))

@@ -5,6 +5,7 @@ showing where each price comes from."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,9 +19,12 @@ from launcher.autoscaler.decide.view import planner_settings
 from launcher.config.loader import load_config
 from launcher.config.model import ClusterConfig
 from launcher.dryrun import make_plan
+from launcher.ledger.keeping import note_listing
+from launcher.ledger.store import read_record
 from launcher.pricing import PriceTable, load_prices
 from launcher.pricing.cache import cache_path
 from launcher.pricing.live import live_prices
+from launcher.providers.base import Node, NodeKind, NodeState
 from launcher.providers.registry import SPECS
 from tests.conftest import run_cli
 
@@ -258,7 +262,7 @@ def test_plan_shows_the_source_of_each_price(
     assert "spot price: live: EC2 spot price history, us-west-2b, fetched" in text
     assert "at the live prices shown for each node" in text
     as_json = run_cli("plan", str(path), "--json")
-    node = next(n for n in __import__("json").loads(as_json.stdout)["nodes"] if n["role"] == "head")
+    node = next(n for n in json.loads(as_json.stdout)["nodes"] if n["role"] == "head")
     assert node["price_on_demand_source"].startswith("live: AWS Price List API")
     # Offline: the table's prices, saying so.
     monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "other-home"))
@@ -269,3 +273,31 @@ def test_plan_shows_the_source_of_each_price(
     text = " ".join(shown.stdout.split())
     assert f"prices: static table {load_prices().dated('aws')} (us-east-1)" in text
     assert "prices unavailable" in text and "static table" in text
+
+
+def test_cost_report_shows_the_source_of_each_price(
+    pricing: PriceListServer,
+    moto: MotoServer,
+    write_config: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    zone_prices(monkeypatch, ZONES)
+    config = _config(write_config)
+    shown = run_cli("plan", str(config.source))  # `plan` keeps the live prices on disk
+    assert shown.exit_code == 0, shown.stderr
+    calls = (_spot_calls(moto), len(pricing.calls))
+    start = time.time() - 3600
+    head = Node("i-h", NodeKind.HEAD, "head", "127.16.1.4", NodeState.RUNNING, created_at=start)
+    spot = Node("i-s", NodeKind.WORKER, "spot", "127.16.1.5", NodeState.RUNNING, created_at=start)
+    note_listing(config, [head, spot], now=start + 60)
+    note_listing(config, [head, spot], now=start + 3600)
+    assert (_spot_calls(moto), len(pricing.calls)) == calls  # records never fetch
+    record = read_record("live-prices")
+    assert record is not None and record.nodes["i-s"].price_per_hour == pytest.approx(0.047)
+    report = run_cli("cost-report", "--json")
+    (cluster,) = json.loads(report.stdout)["clusters"]
+    sources = {r["node_type"]: r["price_sources"] for r in cluster["rows"]}
+    assert sources["spot"][0].startswith("live: EC2 spot price history, us-west-2b, fetched")
+    assert sources["head"][0].startswith("live: AWS Price List API, us-west-2, fetched")
+    text = " ".join(run_cli("cost-report").stdout.split())
+    assert "price of live-prices spot (spot): live: EC2 spot price history, us-west-2b" in text

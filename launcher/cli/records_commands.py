@@ -10,7 +10,7 @@ from rich.table import Table
 from launcher.cli.app import FiniteFloatRange, Settings, cli
 from launcher.ledger.record import ClusterState
 from launcher.ledger.refresh import refresh
-from launcher.ledger.report import cost_rows, duration, list_row
+from launcher.ledger.report import cost_rows, duration, list_row, price_source_lines
 from launcher.ledger.store import read_all, records_dir
 
 
@@ -122,6 +122,8 @@ def cost_report(settings: Settings, days: float, as_json: bool) -> None:
     tables = sorted({c["price_table"] for c in clusters if c["price_table"]})
     for label in tables:
         out.line(f"Prices: {label}; list prices, not your bill.")
+    for line in price_source_lines(clusters):
+        out.line(f"  price of {line}")
     if any(c["cost_is_lower_bound"] for c in clusters):
         out.line(
             ">= : some nodes were last seen running by a look from here and were gone at the "

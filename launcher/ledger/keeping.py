@@ -12,6 +12,7 @@ from launcher.config.model import Autostop, ClusterConfig
 from launcher.ledger.record import ClusterRecord, ClusterState, Seen, all_gone, merge, observe
 from launcher.ledger.store import update_record
 from launcher.pricing import PriceTable, load_prices
+from launcher.pricing.live import cached_prices
 from launcher.providers.base import Node, NodeState
 from launcher.providers.registry import SPECS
 
@@ -37,6 +38,7 @@ def seen_of(config: ClusterConfig, nodes: Sequence[Node], prices: PriceTable) ->
         price = offer.price if offer else None
         spot = bool(offer and offer.spot)
         hourly = None if price is None else (price.spot if spot else price.on_demand)
+        source = "" if price is None else (price.spot_source if spot else price.on_demand_source)
         out.append(
             Seen(
                 node.id,
@@ -47,6 +49,7 @@ def seen_of(config: ClusterConfig, nodes: Sequence[Node], prices: PriceTable) ->
                 spot,
                 hourly,
                 offer.billed if offer else True,
+                source if hourly is not None else "",
             )
         )
     return out
@@ -88,7 +91,9 @@ def note_listing(
     the listing has nodes). A cluster with nodes is up; with none, left as recorded.
     `autostop_known`: `autostop` is the setting in force (the head's autoscaler knows it)."""
     now = time.time() if now is None else now
-    prices = load_prices()
+    spec = SPECS.get(config.provider.type)
+    # The live prices `plan` kept on this machine, if any (nothing is fetched here).
+    prices = cached_prices(config, spec, load_prices()) if spec else load_prices()
     seen = seen_of(config, nodes, prices)
 
     def change(record: ClusterRecord | None) -> ClusterRecord | None:

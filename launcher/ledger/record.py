@@ -56,6 +56,7 @@ class NodeRecord:
     price_per_hour: float | None
     billed: bool = True
     runs: tuple[Run, ...] = ()
+    price_source: str = ""  # where the price comes from ("live: ...", "static table ...")
 
     @property
     def running(self) -> bool:
@@ -74,6 +75,7 @@ class Seen:
     spot: bool
     price_per_hour: float | None
     billed: bool
+    price_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,7 @@ def observe(
             node.price_per_hour,
             node.billed,
             tuple(runs),
+            node.price_source or (old.price_source if old else ""),
         )
     if listed_all:
         listed = {n.id for n in seen}
@@ -187,6 +190,7 @@ class Usage:
     cost: float | None  # None: a price unknown
     billed: bool
     at_least: bool  # some run's end is not known exactly: more than this
+    price_sources: tuple[str, ...] = ()  # where its nodes' prices come from
 
 
 def usage(record: ClusterRecord, since: float, until: float) -> list[Usage]:
@@ -209,7 +213,8 @@ def usage(record: ClusterRecord, since: float, until: float) -> list[Usage]:
             else:
                 cost += node_hours * node.price_per_hour
         at_least = any(not r.exact and r.end > since for n in nodes for r in n.runs)
-        out.append(Usage(node_type, machine, spot, hours, cost, billed, at_least))
+        sources = tuple(sorted({n.price_source for n in nodes if n.billed and n.price_source}))
+        out.append(Usage(node_type, machine, spot, hours, cost, billed, at_least, sources))
     return out
 
 
@@ -244,8 +249,12 @@ def to_json(record: ClusterRecord) -> dict[str, Any]:
 
 
 def from_json(raw: Mapping[str, Any]) -> ClusterRecord:
+    known = {f.name for f in dataclasses.fields(NodeRecord)}  # a newer version's are skipped
     nodes = {
-        k: NodeRecord(**{**v, "runs": tuple(Run(**r) for r in v.get("runs", ()))})
+        k: NodeRecord(
+            **{f: x for f, x in v.items() if f in known and f != "runs"},
+            runs=tuple(Run(**r) for r in v.get("runs", ())),
+        )
         for k, v in raw.get("nodes", {}).items()
     }
     fields = {f.name for f in dataclasses.fields(ClusterRecord)} - {"nodes"}

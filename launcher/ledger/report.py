@@ -92,6 +92,7 @@ def cost_rows(records: Sequence[ClusterRecord], since: float, until: float) -> l
                         "cost": None if r.cost is None else round(r.cost, 4),
                         "cost_text": money(r.cost, billed=r.billed, at_least=r.at_least),
                         "billed": r.billed,
+                        "price_sources": list(r.price_sources),
                     }
                     for r in rows
                 ],
@@ -101,4 +102,16 @@ def cost_rows(records: Sequence[ClusterRecord], since: float, until: float) -> l
                 "cost_is_lower_bound": at_least,
             }
         )
+    return out
+
+
+def price_source_lines(clusters: Sequence[dict[str, Any]]) -> list[str]:
+    """Where each row's price comes from, one line per cluster's row that says (the rows of
+    `cost_rows`)."""
+    out = []
+    for cluster in clusters:
+        for row in cluster["rows"]:
+            if row["billed"] and row["price_sources"]:
+                what = f"{cluster['name']} {row['node_type']} ({row['lifecycle']})"
+                out.append(f"{what}: {'; '.join(row['price_sources'])}")
     return out

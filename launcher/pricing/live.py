@@ -155,6 +155,20 @@ def live_prices(
     return overlay(table, spec.type, derived, request.zones, note)
 
 
+def cached_prices(
+    config: ClusterConfig,
+    spec: ProviderSpec,
+    table: PriceTable,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> PriceTable:
+    """As `live_prices`, from the disk cache only (however old): never fetches."""
+    environ = os.environ if environ is None else environ
+    if prices_mode(environ) == "static":
+        return table
+    return live_prices(config, spec, table, environ={**environ, "LAUNCHER_PRICES": "cached"})
+
+
 def _refresh(
     cache: PriceCache,
     source: PriceSource,

@@ -61,7 +61,8 @@ def validate(settings: Settings, cluster_config_file: str, as_json: bool) -> Non
 @json_option
 @click.pass_obj
 def plan(settings: Settings, cluster_config_file: str, as_json: bool) -> None:
-    """Show what `up` would do: nodes, cloud resources, commands and cost. Contacts nothing."""
+    """Show what `up` would do: nodes, cloud resources, commands and cost. Creates nothing;
+    reads the cloud's published prices (cached; LAUNCHER_PRICES=static: the shipped table)."""
     out = settings.output
     config = _load(settings, cluster_config_file, as_json)
     result = make_plan(config, SPECS[config.provider.type], load_prices())

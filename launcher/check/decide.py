@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from launcher import DISTRIBUTION
 from launcher.check.model import Aspect, Finding, ProviderReport, QuotaNeed, QuotaReading, Status
 from launcher.config.model import ClusterConfig
 
 _ORDER = (Status.PROBLEM, Status.WARNING, Status.UNKNOWN, Status.OK)
-DISTRIBUTION = "launcher"
 
 
 def install_command(extra: str | None) -> str:

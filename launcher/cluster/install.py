@@ -65,7 +65,7 @@ def _package_files() -> list[tuple[str, bytes]]:
 def _requirements(extra: str | None = None) -> list[str]:
     """The launcher's own requirements, or those of one of its extras (`aws`...)."""
     try:
-        required = importlib.metadata.requires("launcher") or []
+        required = importlib.metadata.requires(launcher.DISTRIBUTION) or []
     except importlib.metadata.PackageNotFoundError:
         return []
     if extra is None:
@@ -82,13 +82,14 @@ def build_wheel() -> Wheel:
         hasher.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
     digest = hasher.hexdigest()[:16]
     version = f"{launcher.__version__}+{digest}"
-    path = launcher_home() / "wheels" / f"launcher-{version}-py3-none-any.whl"
+    stem = launcher.DISTRIBUTION.replace("-", "_")  # a wheel's file name form
+    path = launcher_home() / "wheels" / f"{stem}-{version}-py3-none-any.whl"
     if path.exists():
         return Wheel(path, digest)
-    info = f"launcher-{version}.dist-info"
+    info = f"{stem}-{version}.dist-info"
     metadata = [
         "Metadata-Version: 2.1",
-        "Name: launcher",
+        f"Name: {launcher.DISTRIBUTION}",
         f"Version: {version}",
         *(f"Requires-Dist: {r}" for r in _requirements()),
     ]

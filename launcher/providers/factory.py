@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from launcher import DISTRIBUTION
 from launcher.config.model import ClusterConfig
 from launcher.errors import UsageError
 from launcher.providers.base import NodeProvider
@@ -31,7 +32,7 @@ def make_provider(config: ClusterConfig, on_head: bool = False) -> NodeProvider:
         extra = spec.install_extra or "all"
         raise UsageError(
             f"the {kind} provider needs {exc.name or 'an SDK'}; install it with "
-            f"pip install 'launcher[{extra}]'"
+            f"pip install '{DISTRIBUTION}[{extra}]'"
         ) from exc
     implementation: type[NodeProvider] = getattr(module, class_name)
     if implementation.traits.logs_in_over_ssh and not on_head:

@@ -138,7 +138,7 @@ def visible_subscriptions(credential: Any, endpoint: str, **options: Any) -> lis
     except ImportError as exc:
         raise UsageError(
             "no Azure subscription given, and azure-mgmt-resource-subscriptions (to find "
-            f"yours) is not installed: pip install 'launcher[azure]'; or {SUBSCRIPTION_FIX}"
+            f"yours) is not installed: pip install 'launcher-ray[azure]'; or {SUBSCRIPTION_FIX}"
         ) from exc
     client = SubscriptionClient(
         credential, base_url=endpoint, credential_scopes=[credential_scope(endpoint)], **options

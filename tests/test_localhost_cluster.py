@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -175,12 +176,26 @@ def test_submit_interrupted_still_tears_down(cluster: tuple[str, Path], tmp_path
 
 
 def test_head_commands(cluster: tuple[str, Path], tmp_path: Path) -> None:
-    _name, path = cluster
-    assert run("up", "-y", str(path)).returncode == 0
+    name, path = cluster
+    up = run("up", "-y", "--json", "--log-style", "record", str(path))
+    assert up.returncode == 0, up.stderr
+    summary = json.loads(up.stdout)
     head_ip = run("get-head-ip", str(path)).stdout.strip()
     assert head_ip.startswith("127.0.0.") and head_ip != "127.0.0.1"
+    assert summary["cluster"] == name and summary["head"]["ip"] == head_ip
+    assert json.loads(run("get-head-ip", "--json", str(path)).stdout) == {"head_ip": head_ip}
     workers = run("get-worker-ips", str(path)).stdout.split()
     assert len(workers) == 1 and workers[0] != head_ip
+    listed = json.loads(run("get-worker-ips", "--json", str(path)).stdout)
+    assert listed == {"worker_ips": workers}
+    # Ray's flags: a command on the head's host; a file to every node.
+    on_host = run("exec", "--run-env", "host", str(path), "echo here")
+    assert on_host.returncode == 0 and on_host.stdout.strip().endswith("here")
+    everywhere = tmp_path / "everywhere.txt"
+    everywhere.write_text("all nodes")
+    copied = run("rsync-up", "-A", str(path), str(everywhere), "~/everywhere.txt")
+    assert copied.returncode == 0, copied.stderr
+    assert "copied to the head and 1 worker(s)" in copied.stdout
     result = run("exec", str(path), "echo $RAY_ADDRESS; exit 7")
     assert result.returncode == 7
     assert result.stdout.strip().startswith(head_ip + ":")

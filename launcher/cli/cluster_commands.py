@@ -126,11 +126,39 @@ def echo_line(line: str) -> None:
     click.echo(line)
 
 
+def json_option(f: F) -> F:
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print the result as JSON (progress on stderr)."
+    )(f)
+
+
+def up_json(result: lifecycle.UpResult, autostop: str | None) -> dict[str, Any]:
+    def node(n: Any) -> dict[str, Any]:
+        return {"id": n.id, "type": n.node_type, "ip": n.ip}
+
+    return {
+        "cluster": result.config.cluster_name,
+        "head": node(result.head),
+        "created_head": result.created_head,
+        "workers": [node(w) for w in result.workers],
+        "ray_address": result.ray_address,
+        "autoscaler": result.daemon,
+        "autostop": autostop,
+    }
+
+
 def _up(
-    settings: Settings, path: str, overrides: Overrides, yes: bool, options: lifecycle.UpOptions
+    settings: Settings,
+    path: str,
+    overrides: Overrides,
+    yes: bool,
+    options: lifecycle.UpOptions,
+    quiet: bool = False,
 ) -> lifecycle.UpResult:
     with ProgressView(settings.output.err_console, live=settings.output.live_view()) as view:
         result = lifecycle.up(path, overrides, options, view, confirmer(yes))
+    if quiet:  # the caller prints the result (--json)
+        return result
     out = settings.output
     workers = len(result.workers)
     out.line(
@@ -150,6 +178,7 @@ def down_cluster(
     keep_min_workers: bool = False,
     yes: bool = True,
     purge: bool = False,
+    as_json: bool = False,
 ) -> None:
     with ProgressView(settings.output.err_console, live=settings.output.live_view()) as view:
         result = lifecycle.down(
@@ -161,6 +190,11 @@ def down_cluster(
             confirm=confirmer(yes),
             purge=purge,
         )
+    if as_json:
+        settings.output.json(
+            {"terminated": list(result.terminated), "removed": list(result.removed)}
+        )
+        return
     if not result.terminated and not result.removed:
         settings.output.line("Nothing to take down.")
         return
@@ -223,6 +257,7 @@ def down_cluster(
 )
 @usage_stats_option
 @log_options
+@json_option
 @yes_option
 @name_option
 @cache_option
@@ -240,6 +275,7 @@ def up(
     redirect_command_output: bool,
     use_login_shells: bool,
     disable_usage_stats: bool,
+    as_json: bool,
     yes: bool,
     cluster_name: str | None,
     no_config_cache: bool,
@@ -275,18 +311,22 @@ def up(
             wait_for_workers=not no_wait,
             extra_env=USAGE_STATS_OFF if disable_usage_stats else {},
         ),
+        quiet=as_json,
     )
+    said: str | None = None
     if autostop is not None:
         set_autostop(result.config, autostop)
-        settings.output.line(
-            f"Autostop: {what_happens(result.config, autostop)}, acted on by the head."
-        )
+        said = f"{what_happens(result.config, autostop)}, acted on by the head"
     elif result.config.autostop is not None:
         apply_config_autostop(result.config)
-        settings.output.line(
-            f"Autostop: {result.config.autostop.describe()} (metadata.launcher.autostop), "
-            "acted on by the head."
+        said = (
+            f"{result.config.autostop.describe()} (metadata.launcher.autostop), "
+            "acted on by the head"
         )
+    if as_json:
+        settings.output.json(up_json(result, said))
+    elif said is not None:
+        settings.output.line(f"Autostop: {said}.")
 
 
 @cli.command()
@@ -301,6 +341,7 @@ def up(
     help="Also remove what `up` reuses across clusters (cloud key pair, security group, IAM role).",
 )
 @log_options
+@json_option
 @yes_option
 @name_option
 @click.pass_obj
@@ -310,6 +351,7 @@ def down(
     workers_only: bool,
     keep_min_workers: bool,
     purge: bool,
+    as_json: bool,
     yes: bool,
     cluster_name: str | None,
 ) -> None:
@@ -322,6 +364,7 @@ def down(
         keep_min_workers=keep_min_workers,
         yes=yes,
         purge=purge,
+        as_json=as_json,
     )
 
 
@@ -503,20 +546,34 @@ cli.command(name="rsync-down", help="Copy SOURCE on the head node to TARGET on t
 
 @cli.command(name="get-head-ip")
 @config_argument
+@json_option
 @name_option
 @click.pass_obj
-def get_head_ip(settings: Settings, cluster_config_file: str, cluster_name: str | None) -> None:
+def get_head_ip(
+    settings: Settings, cluster_config_file: str, as_json: bool, cluster_name: str | None
+) -> None:
     """Print the head node's IP."""
-    click.echo(ops.head_ip(cli_config(cluster_config_file, cluster_name)))
+    ip = ops.head_ip(cli_config(cluster_config_file, cluster_name))
+    if as_json:
+        settings.output.json({"head_ip": ip})
+    else:
+        click.echo(ip)
 
 
 @cli.command(name="get-worker-ips")
 @config_argument
+@json_option
 @name_option
 @click.pass_obj
-def get_worker_ips(settings: Settings, cluster_config_file: str, cluster_name: str | None) -> None:
+def get_worker_ips(
+    settings: Settings, cluster_config_file: str, as_json: bool, cluster_name: str | None
+) -> None:
     """Print the workers' IPs, one per line."""
-    for ip in ops.worker_ips(cli_config(cluster_config_file, cluster_name)):
+    ips = ops.worker_ips(cli_config(cluster_config_file, cluster_name))
+    if as_json:
+        settings.output.json({"worker_ips": ips})
+        return
+    for ip in ips:
         click.echo(ip)
 
 

@@ -75,12 +75,14 @@ class ProgressView:
         for node_id, row in self.rows.items():
             style = "red" if row.failed else ("green" if row.done else "")
             elapsed = now - self.started.get(node_id, now)
+            # A failed node keeps why in its row (as the plain lines and the final error say).
+            stage = f"{row.stage}: {row.detail}" if row.failed and row.detail else row.stage
             table.add_row(
                 node_id,
                 row.kind,
                 row.node_type,
                 row.ip or "-",
-                row.stage,
+                stage,
                 f"{elapsed:4.0f}s",
                 style=style,
             )

@@ -209,7 +209,10 @@ def rsync(
 def head_ip(config: ClusterConfig) -> str:
     head = make_provider(config).head()
     if head is None or head.ip is None:
-        raise NoClusterError(f"cluster {config.cluster_name} is not running")
+        raise NoClusterError(
+            f"cluster {config.cluster_name} is not running; start it with "
+            f"`launcher up {config.source or 'CLUSTER.yaml'}`"
+        )
     return head.ip
 
 

@@ -404,7 +404,7 @@ def test_a_cluster_that_is_not_running_is_one_line_and_exit_1(
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "cluster.yaml"
     path.write_text(cluster_config("dumpnone"))
-    result = run_cli("logs", str(path))
+    result = run_cli("cluster-dump", str(path))
     assert result.exit_code == 1 and result.exception is None
     assert result.stderr.strip() == (
         f"error: cluster dumpnone is not running; start it with `launcher up {path}`"

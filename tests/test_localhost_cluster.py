@@ -196,6 +196,17 @@ def test_head_commands(cluster: tuple[str, Path], tmp_path: Path) -> None:
     copied = run("rsync-up", "-A", str(path), str(everywhere), "~/everywhere.txt")
     assert copied.returncode == 0, copied.stderr
     assert "copied to the head and 1 worker(s)" in copied.stdout
+    # Ray's logs of the head, then of the worker, as tail shows them.
+    shown = run("logs", str(path), "--file", "raylet*", "--lines", "3")
+    assert shown.returncode == 0, shown.stderr
+    assert "==> raylet.out <==" in shown.stdout
+    of_worker = run(
+        "logs", str(path), "--node-ip", workers[0], "--file", "raylet.out", "--lines", "100000"
+    )
+    assert of_worker.returncode == 0
+    assert f"node_manager address: {workers[0]}:" in of_worker.stdout
+    bad = run("logs", str(path), "--file", "a;b")
+    assert bad.returncode != 0 and "--file 'a;b'" in bad.stderr
     result = run("exec", str(path), "echo $RAY_ADDRESS; exit 7")
     assert result.returncode == 7
     assert result.stdout.strip().startswith(head_ip + ":")

@@ -83,6 +83,29 @@ def test_every_option_of_rays_verb_is_accepted(verb: str) -> None:
     assert differ == [], f"`ray {verb}` options taking a value in one and not the other: {differ}"
 
 
+def _commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:
+    found: list[tuple[str, click.Command]] = []
+    for name in group.list_commands(click.Context(group)):
+        command = group.get_command(click.Context(group), name)
+        if isinstance(command, click.Group):
+            found += _commands(command, f"{prefix}{name} ")
+        elif command is not None:
+            found.append((f"{prefix}{name}", command))
+    return found
+
+
+def test_no_verb_gives_one_option_string_two_meanings() -> None:
+    clashes = []
+    for name, command in _commands(cli):
+        seen: dict[str, str] = {}
+        for param in command.params:
+            for opt in getattr(param, "opts", []) + getattr(param, "secondary_opts", []):
+                if opt in seen and seen[opt] != param.name:
+                    clashes.append(f"{name}: {opt} is {seen[opt]} and {param.name}")
+                seen[opt] = str(param.name)
+    assert clashes == []
+
+
 def test_an_unknown_option_before_the_script_is_no_such_option(
     cli_runner: Callable[..., CliResult], write_config: Callable[[str], Path], tmp_path: Path
 ) -> None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import copy
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
 from launcher.cli.app import Settings, cli
-from launcher.cli.cluster_commands import cli_config, config_argument, name_option
+from launcher.cli.cluster_commands import cli_config, config_argument, echo_line, name_option
+from launcher.cluster import ops
 from launcher.cluster.dump import DumpOptions, dump
 from launcher.cluster.dump_plan import format_size, parse_size, summary_lines
 from launcher.errors import UsageError
@@ -182,6 +183,43 @@ def cluster_dump(
         raise click.exceptions.Exit(1)
 
 
-logs = copy.copy(cluster_dump)
-logs.short_help = "Same as cluster-dump: the cluster's logs in one tarball."
-cli.add_command(logs, name="logs")
+@cli.command()
+@config_argument
+@click.option(
+    "--node-ip",
+    default=None,
+    metavar="IP",
+    help="The node whose logs to show (as `launcher get-worker-ips` prints) [default: the head].",
+)
+@click.option(
+    "--lines",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="How many of each file's last lines to show first.",
+)
+@click.option("-f", "--follow", is_flag=True, help="Keep showing lines as they are written.")
+@click.option(
+    "--file",
+    "pattern",
+    default="*",
+    show_default=True,
+    help="Which of Ray's log files (a glob in session_latest/logs, e.g. 'raylet*', "
+    "'worker-*.err').",
+)
+@name_option
+@click.pass_obj
+def logs(
+    settings: Settings,
+    cluster_config_file: str,
+    node_ip: str | None,
+    lines: int,
+    follow: bool,
+    pattern: str,
+    cluster_name: str | None,
+) -> None:
+    """Show Ray's logs of the head (or another node): the last lines of each file, and with
+    -f new ones as they come, until Ctrl-C. The autoscaler's log is `launcher monitor`'s; a
+    run's output `launcher jobs logs`'; everything at once, `launcher cluster-dump`."""
+    config = cli_config(cluster_config_file, cluster_name)
+    sys.exit(ops.show_ray_logs(config, node_ip, lines, follow, pattern, echo_line))

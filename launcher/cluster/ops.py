@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shlex
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -171,6 +172,39 @@ def _on_node(session: HeadSession, node_ip: str) -> HeadSession:
     env = provider.access.node_env(node, session.head)
     env["RAY_ADDRESS"] = session.env["RAY_ADDRESS"]
     return HeadSession(config, provider, node, runner, env, runner)
+
+
+def show_ray_logs(
+    config: ClusterConfig,
+    node_ip: str | None,
+    lines: int,
+    follow: bool,
+    pattern: str,
+    echo: OutputSink,
+) -> int:
+    """Print the last `lines` of each of Ray's log files matching `pattern` on the head (or
+    the node at `node_ip`), each under its name; with `follow`, then new lines as they are
+    written (files made later too) until interrupted. Returns the exit code."""
+    from launcher.cluster.dump_plan import ray_logs_path
+
+    if not re.fullmatch(r"[A-Za-z0-9_.*?\[\]-]+", pattern):
+        raise UsageError(
+            f"--file {pattern!r}: give a file name pattern of letters, digits, '.', '_', "
+            "'-' and the wildcards * ? [], such as 'raylet*'"
+        )
+    session = connect(config)
+    if node_ip is not None and node_ip != session.head.ip:
+        session = _on_node(session, node_ip)
+    folder = ray_logs_path(config, session.head)
+    tail = f"tail -n {lines} -v {'-F ' if follow else ''}"
+    command = (  # the pattern is a glob of safe characters: expanded by the node's shell
+        f"cd {folder} 2>/dev/null || {{ echo 'no Ray logs on this node yet'; exit 1; }}; "
+        f"set -- {pattern}; "
+        f"[ -e \"$1\" ] || {{ echo 'no log file matches {pattern}'; exit 1; }}; "
+        f'exec {tail}-- "$@"'
+    )
+    result = session.runner.run(command, session.env, echo=echo)
+    return result.exit_code
 
 
 def rsync(

@@ -5,6 +5,7 @@ so a test can assert that none left the machine."""
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import sys
 from pathlib import Path
@@ -68,3 +69,17 @@ def outside() -> list[Any]:
             if not loopback:
                 found.append(address)
     return found
+
+
+def check(path: Path) -> tuple[int, dict[str, Any]]:
+    """`launcher check PATH --json`: its exit code and answer."""
+    from tests.conftest import run_cli
+
+    result = run_cli("check", str(path), "--json")
+    assert result.exception is None, result.exception
+    return result.exit_code, json.loads(result.stdout)
+
+
+def by_aspect(answer: dict[str, Any], aspect: str) -> list[dict[str, Any]]:
+    """The findings of the answer's (one) provider about `aspect`."""
+    return [f for f in answer["providers"][0]["findings"] if f["aspect"] == aspect]

@@ -4,7 +4,6 @@ EC2 answers) and the vCPU quotas of the config's instance families."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,8 @@ import pytest
 
 from fakes.aws.server import LoopbackVpc, MotoServer, amazon_image, loopback_vpc
 from launcher.check.aws import quota_key
-from tests.check_env import isolate, outside
+from tests.check_env import by_aspect as findings
+from tests.check_env import check, isolate, outside
 from tests.conftest import run_cli
 
 
@@ -67,16 +67,6 @@ available_node_types:
 head_node_type: head
 """)
     return path
-
-
-def check(path: Path) -> tuple[int, dict[str, Any]]:
-    result = run_cli("check", str(path), "--json")
-    assert result.exception is None, result.exception
-    return result.exit_code, json.loads(result.stdout)
-
-
-def findings(report: dict[str, Any], aspect: str) -> list[dict[str, Any]]:
-    return [f for f in report["providers"][0]["findings"] if f["aspect"] == aspect]
 
 
 def test_quota_codes_follow_the_instance_family_and_market() -> None:

@@ -4,10 +4,8 @@ clients; and the fakes' own answers to those calls, checked with the real client
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,7 +13,7 @@ from fakes.gce.helpers import fresh_server, serve
 from fakes.gce.server import GceServer
 from fakes.kube.kubeconfig import KubeContext
 from fakes.kube.server import KubeServer
-from tests.check_env import isolate, outside
+from tests.check_env import by_aspect, check, isolate, outside
 from tests.conftest import run_cli
 
 RBAC = "rbac.authorization.k8s.io"
@@ -51,16 +49,6 @@ available_node_types:
 head_node_type: head
 """)
     return path
-
-
-def check(path: Path) -> tuple[int, dict[str, Any]]:
-    result = run_cli("check", str(path), "--json")
-    assert result.exception is None, result.exception
-    return result.exit_code, json.loads(result.stdout)
-
-
-def by_aspect(answer: dict[str, Any], aspect: str) -> list[dict[str, Any]]:
-    return [f for f in answer["providers"][0]["findings"] if f["aspect"] == aspect]
 
 
 # -- the fakes' new calls --

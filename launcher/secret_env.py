@@ -38,8 +38,6 @@ WRITE_FILE = (
     f"if [ -s {SECRETS_FILE}.new ]; then mv -f {SECRETS_FILE}.new {SECRETS_FILE}; "
     f"else rm -f {SECRETS_FILE}.new {SECRETS_FILE}; fi"
 )
-# Prints the node's kept variables (for the head's autoscaler, to hand them to new workers).
-READ_FILE = f"cat {SECRETS_FILE} 2>/dev/null || true"
 
 
 def check_name(name: str, where: str) -> str:

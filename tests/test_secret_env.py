@@ -135,3 +135,27 @@ def test_env_with_tmux_is_refused_in_one_line(
     assert result.exit_code == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--env with --tmux" in lines[0] and "--screen" in lines[0]
+
+
+def test_a_detached_supervisor_gets_values_in_its_environment_not_its_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from launcher.runs import launch, store
+    from launcher.runs.model import Run
+
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "home"))
+    run = Run("r-abc123", "envs", str(tmp_path / "cluster.yaml"), "job.py", (), 0.0)
+    store.run_dir("envs", run.id).mkdir(parents=True)
+    seen: dict[str, object] = {}
+
+    class Spawned:
+        def __init__(self, argv: list[str], **kw: object) -> None:
+            seen["argv"], seen["env"] = argv, kw["env"]
+
+    monkeypatch.setattr(launch.subprocess, "Popen", Spawned)
+    launch.spawn_supervisor(run, None, {"TOKEN": "detached-secret"})
+    argv = seen["argv"]
+    assert isinstance(argv, list) and not any("detached-secret" in word for word in argv)
+    child = seen["env"]
+    assert isinstance(child, dict)
+    assert secret_env.inherited(child, []) == {"TOKEN": "detached-secret"}

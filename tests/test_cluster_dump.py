@@ -256,6 +256,7 @@ class Unreachable:
         timeout: float | None = None,
         echo: OutputSink | None = None,
         interactive: bool = False,
+        stdin: bytes | None = None,
     ) -> CommandResult:
         raise OSError("ssh 10.0.0.9: connection refused")
 

@@ -30,6 +30,7 @@ import pytest
 from fakes.hosts.containers import FAKE_DOCKER, calls, containers_on, engine_calls, equip
 from fakes.hosts.podman import real_engine_unavailable
 from fakes.hosts.ssh import IsolatedHost, isolated_hosts, make_key
+from launcher import secret_env
 from launcher.config.loader import parse_config
 from launcher.config.model import ClusterConfig
 from launcher.runners.container import (
@@ -318,6 +319,11 @@ def test_runner_starts_reuses_and_replaces_the_container(
     assert result.ok and out[-2:] == [f"{inside}|{hostile}", inside]
     assert not list(Path(inside).glob("pwned*")) and not list(host.home.glob("pwned*"))
     assert runner.run("exit 7").exit_code == 7
+    said: list[str] = []
+    secret = secret_env.script({"S": "in-container-secret"})
+    command = secret_env.LOAD_FROM_STDIN + 'echo "${#S}"'
+    assert runner.run(command, stdin=secret, echo=said.append).ok and said[-1] == "19"
+    assert "in-container-secret" not in (tmp_path / "node.log").read_text()
 
     data = tmp_path / "data"
     (data / "sub").mkdir(parents=True)

@@ -237,6 +237,7 @@ class _FakeRunner:
         timeout: float | None = None,
         echo: OutputSink | None = None,
         interactive: bool = False,
+        stdin: bytes | None = None,
     ) -> CommandResult:
         self.commands.append(command + repr(dict(env or {})))
         if "command -v" in command:

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from launcher import secret_env
 from launcher.runners.forward import forwarding
 from launcher.runners.kube_exec import KubeExecRunner, pod_port_opener
 from tests.test_kube_copy import make_source, rsync, shape
@@ -212,6 +213,15 @@ def test_run_gives_exit_codes_output_and_environment(runner: KubeExecRunner) -> 
     log = runner.log_path.read_text()
     assert "$ echo" in log and value in log and "to-stderr" in log
     assert runner.run("true").exit_code == 0
+
+
+def test_stdin_reaches_the_command(runner: KubeExecRunner) -> None:
+    data = secret_env.script({"SECRET": "stdin-only-value"})
+    lines: list[str] = []
+    command = secret_env.LOAD_FROM_STDIN + 'echo "${#SECRET}"'
+    assert runner.run(command, stdin=data, echo=lines.append, timeout=30).ok
+    assert lines == ["16"]
+    assert "stdin-only-value" not in runner.log_path.read_text()
 
 
 def test_run_is_a_login_shell_with_the_pods_home(runner: KubeExecRunner) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fakes.hosts.ssh import SSHHost, authorize, clean_home, ensure_user, make_key, user_home
+from launcher import secret_env
 from launcher.errors import HostKeyError
 from launcher.runners.copy import (
     SFTP_MAX_BYTES,
@@ -85,6 +86,25 @@ def test_runs_commands_on_one_reused_connection_with_env_as_data(
     assert tricky in log and "job control" not in log
     with pytest.raises(ValueError, match="not valid"):
         runner.run("true", {"BAD NAME": "x"})
+
+
+def test_stdin_reaches_the_command_and_no_command_line(
+    hosts: MakeHost, key: Path, tmp_path: Path
+) -> None:
+    """`--env`'s values go on the command's standard input: with and without a timeout
+    (whose wrapper reports the process group first)."""
+    host = hosts(2)
+    runner = _runner(host, key, tmp_path)
+    data = secret_env.script({"SECRET": "stdin-only-value"})
+    command = (
+        secret_env.LOAD_FROM_STDIN
+        + 'echo "${#SECRET}"; ps -ww -eo args | grep -c "stdin[-]only[-]value"; true'
+    )
+    for timeout in (None, 30.0):
+        lines: list[str] = []
+        assert runner.run(command, stdin=data, timeout=timeout, echo=lines.append).ok
+        assert lines == ["16", "0"], lines
+    assert "stdin-only-value" not in (tmp_path / "node.log").read_text()
 
 
 def test_timeout_stops_a_command(hosts: MakeHost, key: Path, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ status and monitor. Flags follow `ray up/down/...`."""
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import sys
 import time
@@ -12,6 +13,7 @@ from typing import Any
 import click
 
 from launcher.cli.app import FiniteFloatRange, Settings, cli
+from launcher.cli.env_option import checked, env_option, values_for
 from launcher.cli.progress import ProgressView
 from launcher.cli.ray_options import USAGE_STATS_OFF, log_options, usage_stats_option
 from launcher.cluster import lifecycle, ops
@@ -255,6 +257,7 @@ def down_cluster(
     help="Commands run in login shells (bash --login -i), as Ray runs them by default; "
     "normal shells are not supported.",
 )
+@env_option
 @usage_stats_option
 @log_options
 @json_option
@@ -274,6 +277,7 @@ def up(
     autostop_down: bool,
     redirect_command_output: bool,
     use_login_shells: bool,
+    env: tuple[str, ...],
     disable_usage_stats: bool,
     as_json: bool,
     yes: bool,
@@ -289,6 +293,7 @@ def up(
         )
     if no_restart and restart_only:
         raise UsageError("--no-restart and --restart-only contradict each other; pick one")
+    env = checked(env)
     if autostop_down and idle_minutes is None:
         raise UsageError("--down needs -i/--idle-minutes-to-autostop N (minutes idle)")
     autostop = (
@@ -310,6 +315,7 @@ def up(
             no_restart=no_restart,
             wait_for_workers=not no_wait,
             extra_env=USAGE_STATS_OFF if disable_usage_stats else {},
+            env_options=env,
         ),
         quiet=as_json,
     )
@@ -376,13 +382,14 @@ def run_with_lifecycle(
     stop: bool | Callable[[], bool],
     action: Callable[[ClusterConfig], int],
     head_env: Mapping[str, str] | None = None,
+    env_options: tuple[str, ...] = (),
 ) -> int:
-    """Start the cluster first if asked (`head_env` for the head's commands); always take
-    it down after if asked (`stop`, or what it says once the action is over), even on
-    Ctrl-C or a failure while starting."""
+    """Start the cluster first if asked (`head_env` for the head's commands, `env_options`
+    for `up --env`); always take it down after if asked (`stop`, or what it says once the
+    action is over), even on Ctrl-C or a failure while starting."""
     try:
         if start:
-            options = lifecycle.UpOptions(extra_env=dict(head_env or {}))
+            options = lifecycle.UpOptions(extra_env=dict(head_env or {}), env_options=env_options)
             _up(settings, path, Overrides(cluster_name=cluster_name), True, options)
         return action(cli_config(path, cluster_name))
     finally:
@@ -417,6 +424,7 @@ def report_session(settings: Settings, name: str | None, how: str) -> None:
 @click.option("--stop", is_flag=True, help="Take the cluster down after the command.")
 @session_options
 @port_option
+@env_option
 @usage_stats_option
 @log_options
 @name_option
@@ -432,11 +440,15 @@ def exec_command(
     screen: bool,
     tmux: bool,
     port_forward: tuple[tuple[int, int], ...],
+    env: tuple[str, ...],
     disable_usage_stats: bool,
     cluster_name: str | None,
     no_config_cache: bool,
 ) -> None:
     """Run a shell command on the head node, with RAY_ADDRESS set; exits with its code."""
+    env = checked(env)
+    if tmux and env:
+        raise UsageError(ops.TMUX_REFUSAL)
     options = ops.RunOptions(
         screen=screen,
         tmux=tmux,
@@ -446,7 +458,9 @@ def exec_command(
     )
 
     def action(config: ClusterConfig) -> int:
-        code, session = ops.exec_on_head(config, cmd, options, echo_line)
+        values = {} if tmux else values_for(config, env)  # (the config's: as `up` kept them)
+        with_env = dataclasses.replace(options, secret_env=values)
+        code, session = ops.exec_on_head(config, cmd, with_env, echo_line)
         report_session(settings, session, "tmux" if tmux else "screen")
         return code
 
@@ -459,6 +473,7 @@ def exec_command(
             stop,
             action,
             USAGE_STATS_OFF if disable_usage_stats else {},
+            env,
         )
     )
 

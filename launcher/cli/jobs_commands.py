@@ -6,16 +6,18 @@ and cancelled from outside the cluster, not through Ray's job server on the head
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from types import FrameType
 
 import click
 
+from launcher import secret_env
 from launcher.cli.app import Settings, cli
 from launcher.cli.cluster_commands import (
     cli_config,
@@ -36,7 +38,7 @@ from launcher.runs import controller as remote
 from launcher.runs import driver, replica, store
 from launcher.runs.listing import controller_for, known_runs, state_of
 from launcher.runs.model import Run, RunState, this_host
-from launcher.runs.supervisor import Supervisor
+from launcher.runs.supervisor import SuperviseOptions, Supervisor
 
 
 @cli.group()
@@ -92,11 +94,16 @@ def supervise_here(
     overrides: Overrides,
     *,
     cancel: bool = True,
+    secrets: Mapping[str, str] | None = None,
 ) -> Run:
     """Supervise `run` from this process until it ends. Ctrl-C cancels it (`cancel`) or
-    only lets go of it; SIGTERM lets go of it (the run goes on, unsupervised)."""
+    only lets go of it; SIGTERM lets go of it (the run goes on, unsupervised). `secrets`:
+    the variables for its drivers (`submit --env`)."""
     with ProgressView(settings.output.err_console, live=settings.output.live_view()) as view:
-        supervisor = Supervisor(run, config, overrides, settings.output.line, echo_line, view)
+        options = SuperviseOptions(secret_env=dict(secrets or {}))
+        supervisor = Supervisor(
+            run, config, overrides, settings.output.line, echo_line, view, options
+        )
         try:
             with _sigterm_as_interrupt():
                 return supervisor.supervise()
@@ -413,7 +420,13 @@ def _take_up(settings: Settings, run: Run, config: ClusterConfig, cluster_name: 
     store.save(run)
     try:
         ended = supervise_here(
-            settings, run, config, Overrides(cluster_name=cluster_name), cancel=False
+            settings,
+            run,
+            config,
+            Overrides(cluster_name=cluster_name),
+            cancel=False,
+            # Given by the `submit` that spawned this supervisor, else the config's names.
+            secrets=secret_env.inherited(os.environ, config.env_names),
         )
     except KeyboardInterrupt:
         sys.exit(130)

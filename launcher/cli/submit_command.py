@@ -20,6 +20,7 @@ from launcher.cli.cluster_commands import (
     run_with_lifecycle,
     session_options,
 )
+from launcher.cli.env_option import checked, env_option, values_for
 from launcher.cli.jobs_commands import (
     follow_controller,
     run_exit_code,
@@ -129,6 +130,7 @@ class SubmitCommand(click.Command):
 )
 @session_options
 @port_option
+@env_option
 @usage_stats_option
 @log_options
 @name_option
@@ -151,6 +153,7 @@ def submit(
     screen: bool,
     tmux: bool,
     port_forward: tuple[tuple[int, int], ...],
+    env: tuple[str, ...],
     disable_usage_stats: bool,
     cluster_name: str | None,
     no_config_cache: bool,
@@ -167,6 +170,9 @@ def submit(
             script_args = tuple(shlex.split(joined_args))
         except ValueError as exc:
             raise UsageError(f"--args {joined_args!r}: {exc}") from exc
+    env = checked(env)
+    if tmux and env:
+        raise UsageError(ops.TMUX_REFUSAL)
     usage_env = USAGE_STATS_OFF if disable_usage_stats else {}
     options = ops.RunOptions(
         screen=screen,
@@ -184,13 +190,15 @@ def submit(
             )
 
         def action(config: ClusterConfig) -> int:
-            code, session = ops.submit_script(config, script, script_args, options, echo_line)
+            values = {} if tmux else values_for(config, env)  # (the config's: as `up` kept them)
+            with_env = dataclasses.replace(options, secret_env=values)
+            code, session = ops.submit_script(config, script, script_args, with_env, echo_line)
             report_session(settings, session, "tmux" if tmux else "screen")
             return code
 
         sys.exit(
             run_with_lifecycle(
-                settings, cluster_config_file, cluster_name, start, stop, action, usage_env
+                settings, cluster_config_file, cluster_name, start, stop, action, usage_env, env
             )
         )
     _refuse_with_recover(screen or tmux or bool(port_forward), storage_path)
@@ -205,15 +213,22 @@ def submit(
             config = with_overrides  # the --controller host (the lifecycle's load has none)
         chosen = launch.settings_for(config, True, storage_path, max_restarts_on_errors)
         assert chosen is not None
+        secrets = values_for(config, env)
         _say_storage(settings, config, chosen)
         new = _NewRun(config, chosen, Path(script), script_args, stop, cluster_name)
         if chosen.controller is not None:
+            if secrets:
+                raise UsageError(
+                    "--env and metadata.launcher.env do not go with a controller yet: its "
+                    "supervisor would have to keep the values there; use --no-recover, or "
+                    "recover from this machine (no --controller)"
+                )
             return _on_controller(
                 settings, new, chosen.controller, cluster_config_file, detach, handed_off
             )
         run = launch.create_run(config, Path(script), script_args, chosen, stop=stop)
         if detach:
-            process = launch.spawn_supervisor(run, cluster_name)
+            process = launch.spawn_supervisor(run, cluster_name, secrets)
             started = launch.wait_first_attempt(run, process)
             settings.output.line(
                 f"Run {run.id} started (attempt {len(started.attempts)}); supervised from this "
@@ -222,7 +237,9 @@ def submit(
                 + (" ; the cluster goes down once it ends." if stop else ".")
             )
             return 0
-        ended = supervise_here(settings, run, config, Overrides(cluster_name=cluster_name))
+        ended = supervise_here(
+            settings, run, config, Overrides(cluster_name=cluster_name), secrets=secrets
+        )
         say_run_end(settings, ended)
         return run_exit_code(ended)
 
@@ -236,6 +253,7 @@ def submit(
             lambda: stop and not handed_off and not (detach and not on_controller),
             recovering_action,
             usage_env,
+            env,
         )
     )
 

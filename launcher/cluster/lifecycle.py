@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import shlex
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher import secret_env
 from launcher.autoscaler.spec import AutoscalerSpec
 from launcher.cluster.head import (
     DaemonStop,
@@ -61,6 +63,11 @@ class UpOptions:
     # (a run's recovery starts its kept workers' Ray against the new head from here).
     on_head_ready: Callable[[Node], None] | None = None
     extra_env: Mapping[str, str] = field(default_factory=dict)  # for the head's commands
+    # Variables kept on the nodes for Ray (UpdateOptions.secret_env): `--env` as given
+    # (`env_options`) and the config's metadata.launcher.env, read from this machine's
+    # environment; or `secret_env` when given (a run's recovery holds them already).
+    env_options: tuple[str, ...] = ()
+    secret_env: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -111,12 +118,22 @@ def refuse_unsupported(config: ClusterConfig, provider: NodeProvider) -> None:
         )
 
 
+def _secrets(config: ClusterConfig, options: UpOptions) -> Mapping[str, str] | None:
+    """What `up` keeps on the nodes for Ray; None: their files are left as they are."""
+    if options.secret_env is not None:
+        return options.secret_env
+    if not (options.env_options or config.env_names):
+        return None
+    return secret_env.resolve(options.env_options, config.env_names, os.environ)
+
+
 def up(
     path: str, overrides: Overrides, options: UpOptions, events: EventSink, confirm: Confirm
 ) -> UpResult:
     config, text = load_for_command(path, overrides)
     provider = make_provider(config)
     refuse_unsupported(config, provider)
+    secrets = _secrets(config, options)
     with ClusterLock(
         config.cluster_name, "launcher up", on_wait=lambda m: events(Message(m, "warning"))
     ):
@@ -135,6 +152,7 @@ def up(
                 no_restart=options.no_restart,
                 ready_timeout_s=options.ready_timeout_s,
                 extra_env=options.extra_env,
+                secret_env=secrets,
             ),
             events,
         ).run()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launcher import secret_env
 from launcher.autoscaler.spec import SESSIONS_DIR, STATE_FILE
 from launcher.cluster.head import (
     HeadSession,
@@ -45,6 +46,15 @@ class RunOptions:
     run_env: str = "auto"
     extra_env: Mapping[str, str] = field(default_factory=dict)
     extra_screen_args: str = ""  # added to `screen` (with screen=True), as `ray submit` does
+    # `--env` and metadata.launcher.env: sent on the command's standard input, never in its
+    # command line (the head's kept variables, from `up`, are exported first).
+    secret_env: Mapping[str, str] = field(default_factory=dict)
+
+
+TMUX_REFUSAL = (
+    "--env with --tmux: a tmux server already running would not pass the values to the "
+    "command; use --screen, or neither (values given to `up` reach tmux sessions too)"
+)
 
 
 def wrap_session(
@@ -110,17 +120,32 @@ def submit_script(
 def _run(
     session: HeadSession, command: str, options: RunOptions, echo: OutputSink
 ) -> tuple[int, str | None]:
+    # A tmux server already running does not take this shell's environment: the head's
+    # kept variables are read in the session itself (stdin's are refused with tmux).
+    in_session = secret_env.SOURCE_FILE + command if options.tmux else command
     wrapped, name = wrap_session(
-        command,
+        in_session,
         screen=options.screen,
         tmux=options.tmux,
         screen_args=options.extra_screen_args,
     )
     runner = _runner_for(session, options.run_env)
     env = {**session.env, **options.extra_env}
+    line, stdin = with_secrets(marked_session(wrapped), options)
     with _forwarded(session, options.port_forward):
-        result = runner.run(marked_session(wrapped), env, echo=echo)
+        result = runner.run(line, env, echo=echo, stdin=stdin)
     return result.exit_code, name
+
+
+def with_secrets(command: str, options: RunOptions) -> tuple[str, bytes | None]:
+    """`command` exporting the head's kept variables, then `options.secret_env` from its
+    standard input (returned), first."""
+    if options.tmux and options.secret_env:
+        raise UsageError(TMUX_REFUSAL)
+    if not options.secret_env:
+        return secret_env.SOURCE_FILE + command, None
+    line = secret_env.SOURCE_FILE + secret_env.LOAD_FROM_STDIN + command
+    return line, secret_env.script(options.secret_env)
 
 
 def _runner_for(session: HeadSession, run_env: str) -> CommandRunner:

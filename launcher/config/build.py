@@ -65,6 +65,7 @@ def build_config(
         fallbacks=freeze(_fallbacks(merged)),
         autostop=_autostop(merged),
         recover=_recover(merged),
+        env_names=_strings(_own(merged).get("env")),
         node_overhead=_own_number(merged, "node_overhead"),
         command_timeout_s=_own_number(merged, "command_timeout_s"),
         silence_warning_s=_own_number(merged, "silence_warning_s") or 300.0,

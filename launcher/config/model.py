@@ -164,6 +164,8 @@ class ClusterConfig:
     fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     autostop: Autostop | None = None  # metadata.launcher.autostop
     recover: RecoverSettings = field(default_factory=RecoverSettings)
+    # metadata.launcher.env: names of variables passed from this machine (values never here)
+    env_names: tuple[str, ...] = ()
     node_overhead: float | None = None  # metadata.launcher.node_overhead (None: the planner's)
     # metadata.launcher: bounds on what runs on nodes (None: no limit on setup commands)
     command_timeout_s: float | None = None

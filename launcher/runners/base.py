@@ -47,10 +47,13 @@ class CommandRunner(Protocol):
         timeout: float | None = None,
         echo: OutputSink | None = None,
         interactive: bool = False,
+        stdin: bytes | None = None,
     ) -> CommandResult:
         """Run `command` with bash on the node. `interactive` connects it to this terminal.
         A command still running after `timeout` seconds is stopped, with what it started
-        on the node (its process group), and its result is `timed_out`."""
+        on the node (its process group), and its result is `timed_out`. `stdin` (not with
+        `interactive`) is the command's standard input, sent as data (never in its command line,
+        so secrets go there); without it the input is empty."""
         ...
 
     def put(self, local: str, remote: str, *, excludes: tuple[str, ...] = ()) -> None:

@@ -425,10 +425,19 @@ class ContainerRunner:
         timeout: float | None = None,
         echo: OutputSink | None = None,
         interactive: bool = False,
+        stdin: bytes | None = None,
     ) -> CommandResult:
         limit = None if timeout is None or interactive else timeout + IN_CONTAINER_GRACE_S
-        argv = exec_argv(self.spec, command, env or {}, terminal=interactive, limit_s=limit)
-        return self.host.run(shlex.join(argv), timeout=timeout, echo=echo, interactive=interactive)
+        argv = exec_argv(
+            self.spec,
+            command,
+            env or {},
+            terminal=interactive,
+            stdin=stdin is not None,
+            limit_s=limit,
+        )
+        line = shlex.join(argv)
+        return self.host.run(line, timeout=timeout, echo=echo, interactive=interactive, stdin=stdin)
 
     def remote_path(self, path: str) -> str:
         expanded = expand_home(path, self._container_home)

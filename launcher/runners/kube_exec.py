@@ -186,6 +186,7 @@ class KubeExecRunner:
         timeout: float | None = None,
         echo: OutputSink | None = None,
         interactive: bool = False,
+        stdin: bytes | None = None,
     ) -> CommandResult:
         argv = login_shell_argv(command, self.base_env, env)
         self._log(f"$ {command}\n")
@@ -194,7 +195,7 @@ class KubeExecRunner:
         why = ""
         for attempt in self._attempts():
             try:
-                return self._run_once(argv, timeout, echo)
+                return self._run_once(argv, timeout, echo, stdin)
             except ExecNotStarted as exc:
                 why = f"cannot exec in {self.where}: {exc.reason}"
                 self._log(f"({why}; attempt {attempt} of {self.attempts})\n")
@@ -203,17 +204,24 @@ class KubeExecRunner:
         return CommandResult(CONNECTION_LOST, why)
 
     def _run_once(
-        self, argv: list[str], timeout: float | None, echo: OutputSink | None
+        self,
+        argv: list[str],
+        timeout: float | None,
+        echo: OutputSink | None,
+        stdin: bytes | None = None,
     ) -> CommandResult:
         deadline = None if timeout is None else time.monotonic() + timeout
         with (
-            self.open(reporting_pid(list(argv))) as session,
+            self.open(reporting_pid(list(argv)), stdin=stdin is not None) as session,
             self.log_path.open("a", encoding="utf-8") as log,
         ):
             output = OutputLines(log, echo)
             out, err = LineBuffer(output, hold_last=False), LineBuffer(output)
             report = PidReport()
             started = False  # the pid was reported, or output came: not to be retried
+            if stdin is not None:
+                session.write(0, stdin)
+                session.close_stdin()
             while session.is_open:
                 wait = None if deadline is None else deadline - time.monotonic()
                 if wait is not None and wait <= 0:

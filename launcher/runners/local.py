@@ -44,6 +44,7 @@ class LocalProcessRunner:
         timeout: float | None = None,
         echo: OutputSink | None = None,
         interactive: bool = False,
+        stdin: bytes | None = None,
     ) -> CommandResult:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("a", encoding="utf-8") as log:
@@ -55,11 +56,13 @@ class LocalProcessRunner:
             ["bash", "-c", command],
             env=self._env(env),
             cwd=self.home,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a timeout or Ctrl-C stops the whole command tree
         )
+        if stdin is not None:
+            _send(process, stdin)
         deadline = None if timeout is None else time.monotonic() + timeout
         log = self.log_path.open("a", encoding="utf-8")
         with process.stdout or contextlib.nullcontext(), log:
@@ -131,6 +134,13 @@ def _pump(process: subprocess.Popen[bytes], lines: LineBuffer, deadline: float |
                 lines.finish()
                 return True
             lines.feed(chunk)
+
+
+def _send(process: subprocess.Popen[bytes], data: bytes) -> None:
+    """Write `data` to the command's standard input, then close it."""
+    assert process.stdin is not None
+    with contextlib.suppress(BrokenPipeError), process.stdin:
+        process.stdin.write(data)
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:

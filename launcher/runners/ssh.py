@@ -234,6 +234,7 @@ class SSHRunner:
         timeout: float | None = None,
         echo: OutputSink | None = None,
         interactive: bool = False,
+        stdin: bytes | None = None,
     ) -> CommandResult:
         line = self.command_line(command, env)
         self._log(f"$ {command}\n")
@@ -246,7 +247,7 @@ class SSHRunner:
         last: Exception | None = None
         for attempt in range(1, COMMAND_ATTEMPTS + 1):
             try:
-                return self._run_once(line, deadline, timeout, echo)
+                return self._run_once(line, deadline, timeout, echo, stdin)
             except SSHNotAnsweringError:
                 self.close()
                 raise
@@ -305,6 +306,7 @@ class SSHRunner:
         deadline: float | None,
         timeout: float | None,
         echo: OutputSink | None,
+        stdin: bytes | None = None,
     ) -> CommandResult:
         client = self._connect()
         transport = client.get_transport()
@@ -321,6 +323,9 @@ class SSHRunner:
             channel.set_combine_stderr(True)
             channel.settimeout(1.0)
             channel.exec_command(line)
+            if stdin is not None:
+                channel.sendall(stdin)
+                channel.shutdown_write()
             lines = LineBuffer(output)
             while True:
                 if deadline is not None and time.monotonic() > deadline:

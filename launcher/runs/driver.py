@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher import secret_env as secret_env_mod
 from launcher.cluster.head import HeadSession
 from launcher.cluster.ops import marked_session
 from launcher.errors import LauncherError
@@ -58,9 +59,11 @@ def start(
     script: str,
     args: Sequence[str],
     storage_path: str | None,
+    secret_env: Mapping[str, str] | None = None,
 ) -> None:
     """Copy `script` to the head's home and start it there with Python, in a session of its
-    own, as attempt `attempt` of run `run_id`. Returns once it is started."""
+    own, as attempt `attempt` of run `run_id`, with the head's kept variables and
+    `secret_env` (sent on standard input). Returns once it is started."""
     name = Path(script).name
     session.runner.put(script, f"~/{name}")
     log, pid, exit_file = _files(run_id, attempt)
@@ -71,13 +74,17 @@ def start(
     )
     # `&` on the driver alone: the commands before it must be done when its pid is kept.
     command = (
+        f"{secret_env_mod.SOURCE_FILE}{secret_env_mod.LOAD_FROM_STDIN}"
         f"mkdir -p {head_run_dir(run_id)} && chmod 700 {HEAD_RUNS_DIR} && cd ~ && "
         f"rm -f {exit_file} || exit 1; "
         f"nohup setsid bash -c {shlex.quote(marked_session(body))} > {log} 2>&1 < /dev/null "
         f"& echo $! > {pid}"
     )
     result = session.runner.run(
-        command, driver_env(session, run_id, attempt, storage_path), timeout=120
+        command,
+        driver_env(session, run_id, attempt, storage_path),
+        timeout=120,
+        stdin=secret_env_mod.script(secret_env or {}),
     )
     if not result.ok:
         raise LauncherError(

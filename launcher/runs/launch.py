@@ -9,9 +9,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from launcher import secret_env
 from launcher.config.model import ClusterConfig, RecoverSettings
 from launcher.errors import LauncherError
 from launcher.runs import store
@@ -84,9 +85,12 @@ def supervise_argv(run: Run, cluster_name_override: str | None) -> list[str]:
     return argv
 
 
-def spawn_supervisor(run: Run, cluster_name_override: str | None) -> subprocess.Popen[bytes]:
+def spawn_supervisor(
+    run: Run, cluster_name_override: str | None, secrets: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """A supervisor of its own for `run`, in a session of its own (it outlives this
-    command, its terminal and the user's login), writing to the run's supervisor.log."""
+    command, its terminal and the user's login), writing to the run's supervisor.log;
+    `secrets` reach it in its environment (never its command line)."""
     log_path = store.run_dir(run.cluster_name, run.id) / SUPERVISOR_LOG
     with log_path.open("ab") as log:
         return subprocess.Popen(
@@ -96,6 +100,7 @@ def spawn_supervisor(run: Run, cluster_name_override: str | None) -> subprocess.
             stderr=subprocess.STDOUT,
             start_new_session=True,
             cwd=os.getcwd(),
+            env={**os.environ, **secret_env.for_child(secrets or {})},
         )
 
 

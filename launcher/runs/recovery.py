@@ -28,7 +28,7 @@ import contextlib
 import shlex
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -281,6 +281,7 @@ def bring_up_head(
     ready_timeout_s: float = 300.0,
     on_head_ready: Callable[[Node], None] | None = None,
     on_ray_starting: Callable[[str], None] | None = None,
+    secret_env: Mapping[str, str] | None = None,
 ) -> Node:
     """Step 3: `up`, with a head of `head_type` if a head must be made; `on_ray_starting` is
     called with its id as its start-ray commands begin, `on_head_ready` with it once its Ray
@@ -304,6 +305,7 @@ def bring_up_head(
         head_type=head_type,
         ready_timeout_s=ready_timeout_s,
         on_head_ready=on_head_ready,
+        secret_env=secret_env,
     )
     result = lifecycle.up(path, overrides, options, sink, lambda _: True)
     return result.head
@@ -342,6 +344,7 @@ def replace_head(
     on_phase: PhaseSink,
     ready_timeout_s: float = 300.0,
     restarts: Restarts | None = None,
+    secret_env: Mapping[str, str] | None = None,
 ) -> Replaced:
     """Steps 1 to 3 (see the module). `ready_timeout_s`: how long the new head may take to
     accept commands; `restarts`: the kept workers' starts of the supervisor's earlier
@@ -389,6 +392,7 @@ def replace_head(
         ready_timeout_s,
         on_head_ready=rejoin,
         on_ray_starting=start_early,
+        secret_env=secret_env,
     )
     return Replaced(head, adopted)
 

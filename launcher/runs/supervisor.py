@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from launcher.cluster.head import HeadSession, connect
 from launcher.config.loader import Overrides
@@ -40,6 +40,9 @@ class SuperviseOptions:
     workers_timeout_s: float = 600.0  # how long kept workers may take to rejoin
     recovery_tries: int = 3  # a head that cannot be brought up is tried this often
     killed_grace_s: float = 10.0  # a killed driver's head is watched this long for its loss
+    # `submit --env` and metadata.launcher.env: for each driver (on its standard input) and
+    # kept on a replacement head for its Ray. Held here only, never in the run's record.
+    secret_env: Mapping[str, str] = field(default_factory=dict)
 
 
 class Supervisor:
@@ -138,6 +141,7 @@ class Supervisor:
                 str(store.script_path(self.run)),
                 self.run.args,
                 self.run.storage_path,
+                self.options.secret_env,
             )
         except LauncherError as exc:
             self._start_failed(session.head, exc)
@@ -415,6 +419,7 @@ class Supervisor:
                     self._phase,
                     ready_timeout_s=300.0 if replaceable else 60.0,
                     restarts=self._restarts,
+                    secret_env=self.options.secret_env or None,
                 )
             except LauncherError as exc:
                 problem = str(exc)

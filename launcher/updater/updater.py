@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher import secret_env
 from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError, NodeUpdateError
 from launcher.events import EventSink, Message, NodeProgress
@@ -115,6 +116,10 @@ class UpdateOptions:
     # Added to the environment of the node's commands (`up --disable-usage-stats`: Ray's
     # RAY_USAGE_STATS_ENABLED=0 for the head's `ray start`).
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # Variables for the node's Ray whose values must stay out of command lines and logs
+    # (`--env`, metadata.launcher.env): kept on the node in its 0600 secrets file, written
+    # from standard input before Ray starts. None leaves the node's file as it is.
+    secret_env: Mapping[str, str] | None = None
 
 
 class NodeUpdater:
@@ -199,8 +204,25 @@ class NodeUpdater:
             if problem is not None:
                 raise self._fail(problem)
             start_env = {**env, **self.provider.access.ray_start_env(self.node)}
-            self._run_all(start_commands, start_env, bound)
+            self._keep_secrets()
+            # Each start command exports the node's kept variables first (Ray inherits them).
+            self._run_all(start_commands, start_env, bound, prefix=secret_env.SOURCE_FILE)
         self._run_all(self.provider.access.after_ray_start(self.node), env, bound)
+
+    def _keep_secrets(self) -> None:
+        """Write the node's secrets file from standard input (values in no command line)."""
+        if self.options.secret_env is None:
+            return
+        data = secret_env.script(self.options.secret_env)
+        runners = [self.runner]
+        if isinstance(self.runner, ContainerRunner):
+            runners.append(self.runner.host)  # where the head's autoscaler may run
+        for runner in runners:
+            result = runner.run(secret_env.WRITE_FILE, stdin=data, timeout=60)
+            if not result.ok:
+                raise self._fail(
+                    f"could not write {secret_env.SECRETS_FILE}: {result.output_tail.strip()}"
+                )
 
     @property
     def _setup_bound(self) -> Bound:
@@ -298,22 +320,30 @@ class NodeUpdater:
         env: Mapping[str, str],
         bound: Bound,
         runner: CommandRunner | None = None,
+        *,
+        prefix: str = "",
     ) -> None:
+        """Run `commands` in order (each after `prefix`, which errors do not show)."""
         deadline = bound.deadline(time.monotonic())
         for command in commands:
             timeout = bound.timeout_for_next(time.monotonic(), deadline)
-            result = self._run_one(command, env, timeout, runner or self.runner)
+            result = self._run_one(command, env, timeout, runner or self.runner, prefix)
             if not result.ok:
                 address = joins_address(command, env) if not self.is_head else None
                 raise self._fail(command_problem(command, result, bound, address))
 
     def _run_one(
-        self, command: str, env: Mapping[str, str], timeout: float | None, runner: CommandRunner
+        self,
+        command: str,
+        env: Mapping[str, str],
+        timeout: float | None,
+        runner: CommandRunner,
+        prefix: str = "",
     ) -> CommandResult:
         """`command`, stopped after `timeout` s, watched for long silences."""
         silent = functools.partial(self._silent, command)
         with SilenceWatch(self.config.silence_warning_s, silent) as watch:
-            return runner.run(command, env, timeout=timeout, echo=watch.heard)
+            return runner.run(prefix + command, env, timeout=timeout, echo=watch.heard)
 
     def sync_files(self) -> None:
         """Only copy the file mounts (and cluster_synced_files) again; no commands run."""

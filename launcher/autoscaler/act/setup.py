@@ -14,6 +14,7 @@ from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError
 from launcher.events import Event
 from launcher.providers.base import Node, NodeProvider
+from launcher.secret_env import kept_on_this_node
 from launcher.updater.updater import NodeUpdater, UpdateOptions
 
 
@@ -92,5 +93,6 @@ class Setups:
 
     def _updater(self, node: Node, head: Node | None) -> NodeUpdater:
         # The head's copies of the file mounts are at their remote paths, under its home.
-        options = UpdateOptions(cwd=Path.home())
+        # The head's kept variables (`up --env`), read now: a later `up` may change them.
+        options = UpdateOptions(cwd=Path.home(), secret_env=kept_on_this_node())
         return NodeUpdater(self.provider, self.config, node, head, options, self.on_event)

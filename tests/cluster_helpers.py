@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import pty
+import random
 import select
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +77,46 @@ def killed_after(delay: float, env: dict[str, str], *args: str) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(30)
+
+
+@dataclass(frozen=True)
+class KillPlan:
+    """One seeded run of a kill-at-random test: `up` SIGKILLed after `up_delay` s, then,
+    half the time, `down` after `down_delay` s; `what` says so, for failure messages."""
+
+    up_delay: float
+    down_delay: float | None
+    what: str
+
+
+def kill_plan(seed: int, index: int, up_max_s: float, down_max_s: float) -> KillPlan:
+    rng = random.Random(seed * 1000 + index)
+    up_delay = rng.uniform(0.3, up_max_s)
+    down_delay = rng.uniform(0.3, down_max_s) if rng.random() < 0.5 else None
+    what = f"seed {seed}, run {index}: up killed at {up_delay:.2f} s" + (
+        f", down killed at {down_delay:.2f} s" if down_delay is not None else ""
+    )
+    return KillPlan(up_delay, down_delay, what)
+
+
+def killed_then_up(
+    plan: KillPlan, path: Path, env: dict[str, str], down_args: tuple[str, ...] = ()
+) -> None:
+    """Kill `up` (and `down DOWN_ARGS`) as `plan` says, then require an `up` to succeed."""
+    killed_after(plan.up_delay, env, "up", "-y", str(path))
+    if plan.down_delay is not None:
+        killed_after(plan.down_delay, env, "down", "-y", *down_args, str(path))
+    up = run("up", "-y", str(path), env=env, timeout=600)
+    assert up.returncode == 0, f"{plan.what}: {up.stdout}{up.stderr}"
+
+
+def purged_leaves_nothing(
+    plan: KillPlan, path: Path, env: dict[str, str], left: Callable[[], list[str]]
+) -> None:
+    """Require `down --purge` to succeed and `left()` to find nothing of the cluster."""
+    down = run("down", "-y", "--purge", str(path), env=env, timeout=600)
+    assert down.returncode == 0, f"{plan.what}: {down.stdout}{down.stderr}"
+    assert left() == [], plan.what
 
 
 def status(config: Path) -> dict[str, Any]:

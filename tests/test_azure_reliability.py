@@ -10,7 +10,6 @@ LAUNCHER_RELIABILITY_SEED and LAUNCHER_RELIABILITY_RUNS reproduce or widen the s
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 from fakes.azure.server import AzureServer
 from fakes.hosts.ssh import isolation_unavailable
 from tests.azure_clusters import azure_vms, cli_env
-from tests.cluster_helpers import killed_after, run
+from tests.cluster_helpers import kill_plan, killed_then_up, purged_leaves_nothing, run
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())
@@ -96,18 +95,7 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
 def test_killed_commands_leave_nothing_that_the_next_up_and_down_miss(
     chaos: Chaos, index: int
 ) -> None:
-    rng = random.Random(SEED * 1000 + index)
-    up_delay = rng.uniform(0.3, 6.0)
-    down_delay = rng.uniform(0.3, 2.0) if rng.random() < 0.5 else None
-    what = f"seed {SEED}, run {index}: up killed at {up_delay:.2f} s" + (
-        f", down killed at {down_delay:.2f} s" if down_delay is not None else ""
-    )
-    killed_after(up_delay, chaos.env, "up", "-y", str(chaos.path))
-    if down_delay is not None:
-        killed_after(down_delay, chaos.env, "down", "-y", "--purge", str(chaos.path))
-    up = run("up", "-y", str(chaos.path), env=chaos.env, timeout=600)
-    assert up.returncode == 0, f"{what}: {up.stdout}{up.stderr}"
-    assert len(chaos.heads()) == 1, f"{what}: {chaos.heads()}"
-    down = run("down", "-y", "--purge", str(chaos.path), env=chaos.env, timeout=600)
-    assert down.returncode == 0, f"{what}: {down.stdout}{down.stderr}"
-    assert chaos.left() == [], what
+    plan = kill_plan(SEED, index, up_max_s=6.0, down_max_s=2.0)
+    killed_then_up(plan, chaos.path, chaos.env, down_args=("--purge",))
+    assert len(chaos.heads()) == 1, f"{plan.what}: {chaos.heads()}"
+    purged_leaves_nothing(plan, chaos.path, chaos.env, chaos.left)

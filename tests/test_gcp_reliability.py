@@ -9,7 +9,6 @@ LAUNCHER_RELIABILITY_SEED and LAUNCHER_RELIABILITY_RUNS reproduce or widen the s
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 from fakes.gce.hosts import GceHosts
 from fakes.gce.server import PROJECT, GceServer
 from fakes.hosts.ssh import isolation_unavailable
-from tests.cluster_helpers import killed_after, run
+from tests.cluster_helpers import kill_plan, killed_then_up, purged_leaves_nothing, run
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())
@@ -63,9 +62,6 @@ class Chaos:
     path: Path
     env: dict[str, str]
 
-    def killed_after(self, delay: float, *args: str) -> None:
-        killed_after(delay, self.env, *args)
-
     def left(self) -> list[str]:
         found = [
             i.name
@@ -97,23 +93,12 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
 def test_killed_commands_leave_nothing_that_the_next_up_and_down_miss(
     chaos: Chaos, index: int
 ) -> None:
-    rng = random.Random(SEED * 1000 + index)
-    up_delay = rng.uniform(0.3, 8.0)
-    down_delay = rng.uniform(0.3, 3.0) if rng.random() < 0.5 else None
-    what = f"seed {SEED}, run {index}: up killed at {up_delay:.2f} s" + (
-        f", down killed at {down_delay:.2f} s" if down_delay is not None else ""
-    )
-    chaos.killed_after(up_delay, "up", "-y", str(chaos.path))
-    if down_delay is not None:
-        chaos.killed_after(down_delay, "down", "-y", str(chaos.path))
-    up = run("up", "-y", str(chaos.path), env=chaos.env, timeout=600)
-    assert up.returncode == 0, f"{what}: {up.stdout}{up.stderr}"
+    plan = kill_plan(SEED, index, up_max_s=8.0, down_max_s=3.0)
+    killed_then_up(plan, chaos.path, chaos.env)
     heads = [
         i
         for i in chaos.server.instances()
         if i.labels.get("launcher-cluster") == "gcp-chaos" and i.status != "TERMINATED"
     ]
-    assert len(heads) == 1, f"{what}: {[h.name for h in heads]}"
-    down = run("down", "-y", "--purge", str(chaos.path), env=chaos.env, timeout=600)
-    assert down.returncode == 0, f"{what}: {down.stdout}{down.stderr}"
-    assert chaos.left() == [], what
+    assert len(heads) == 1, f"{plan.what}: {[h.name for h in heads]}"
+    purged_leaves_nothing(plan, chaos.path, chaos.env, chaos.left)

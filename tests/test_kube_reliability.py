@@ -11,7 +11,6 @@ LAUNCHER_RELIABILITY_SEED and LAUNCHER_RELIABILITY_RUNS reproduce or widen the s
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,13 @@ from fakes.hosts.ssh import isolation_unavailable
 from fakes.kube.kubelet import FakeKubelet
 from fakes.kube.server import KubeServer
 from launcher.providers.kubernetes.names import autoscaler_name
-from tests.cluster_helpers import killed_after, run, wait_for
+from tests.cluster_helpers import (
+    kill_plan,
+    killed_then_up,
+    purged_leaves_nothing,
+    run,
+    wait_for,
+)
 
 pytestmark = pytest.mark.skipif(
     isolation_unavailable() is not None, reason=str(isolation_unavailable())
@@ -70,9 +75,6 @@ class Chaos:
     path: Path
     env: dict[str, str]
 
-    def killed_after(self, delay: float, *args: str) -> None:
-        killed_after(delay, self.env, *args)
-
     def pods(self, kind: str) -> list[str]:
         selector = f"launcher-cluster={NAME},launcher-node-kind={kind}"
         return [
@@ -114,19 +116,8 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
 def test_killed_commands_leave_nothing_that_the_next_up_and_down_miss(
     chaos: Chaos, index: int
 ) -> None:
-    rng = random.Random(SEED * 1000 + index)
-    up_delay = rng.uniform(0.3, 6.0)
-    down_delay = rng.uniform(0.3, 3.0) if rng.random() < 0.5 else None
-    what = f"seed {SEED}, run {index}: up killed at {up_delay:.2f} s" + (
-        f", down killed at {down_delay:.2f} s" if down_delay is not None else ""
-    )
-    chaos.killed_after(up_delay, "up", "-y", str(chaos.path))
-    if down_delay is not None:
-        chaos.killed_after(down_delay, "down", "-y", str(chaos.path))
-    up = run("up", "-y", str(chaos.path), env=chaos.env, timeout=600)
-    assert up.returncode == 0, f"{what}: {up.stdout}{up.stderr}"
-    assert len(chaos.pods("head")) == 1, f"{what}: heads {chaos.pods('head')}"
-    wait_for(lambda: len(chaos.pods("worker")) == 1, 60, f"{what}: one worker pod")
-    down = run("down", "-y", "--purge", str(chaos.path), env=chaos.env, timeout=600)
-    assert down.returncode == 0, f"{what}: {down.stdout}{down.stderr}"
-    assert chaos.left() == [], what
+    plan = kill_plan(SEED, index, up_max_s=6.0, down_max_s=3.0)
+    killed_then_up(plan, chaos.path, chaos.env)
+    assert len(chaos.pods("head")) == 1, f"{plan.what}: heads {chaos.pods('head')}"
+    wait_for(lambda: len(chaos.pods("worker")) == 1, 60, f"{plan.what}: one worker pod")
+    purged_leaves_nothing(plan, chaos.path, chaos.env, chaos.left)

@@ -33,7 +33,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode
@@ -297,7 +297,7 @@ def plus(a: Measure, b: Measure) -> Measure:
 
 def one_round(server: MotoServer, side: Side, count: int, quiet: bool) -> dict[str, Measure]:
     """Launch `count`, list LISTINGS times, terminate them until a listing shows none."""
-    with muted(quiet):
+    with common.muted(quiet):
         side.prepare(fresh(server))
         ids, launch = timed(server, lambda: side.launch(count))
         expect(f"{side.label}: launched {len(ids)} of {count}", len(ids) == count)
@@ -319,7 +319,7 @@ def stopped_round(server: MotoServer, side: Side, count: int, quiet: bool) -> di
     """With cache_stopped_nodes: launch `count` (none stopped yet), remove them (stopped),
     launch `count` again (the stopped ones started). A listing before each removal, untimed,
     as the autoscaler lists before it decides."""
-    with muted(quiet):
+    with common.muted(quiet):
         side.prepare(fresh(server, cache_stopped=True))
         ids, launch = timed(server, lambda: side.launch(count))
         side.listing()
@@ -335,23 +335,13 @@ def failover_round(server: MotoServer, side: Side, count: int, quiet: bool) -> M
     """Launch `count` while the first subnet's zone refuses with InsufficientInstanceCapacity."""
     setup = fresh(server)
     server.faults.no_capacity(zone=setup.zones[0])
-    with muted(quiet):
+    with common.muted(quiet):
         side.prepare(setup)
         ids, measure = timed(server, lambda: side.launch(count))
     expect(f"{side.label}: failover launched {len(ids)} of {count}", len(ids) == count)
     zones = {side.zone_of(i) for i in ids}
     expect(f"{side.label}: failover launched in {zones}", zones == {setup.zones[1]})
     return measure
-
-
-@contextlib.contextmanager
-def muted(quiet: bool) -> Iterator[None]:
-    """Ray's provider prints a line per launched instance (cli_logger); keep it off the table."""
-    if not quiet:
-        yield
-        return
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        yield
 
 
 # -- reporting ------------------------------------------------------------------------------
@@ -427,16 +417,6 @@ def report(results: Results, labels: Sequence[str], counts: Sequence[int]) -> st
     return "\n".join([*lines, "", *notes])
 
 
-def numbers(text: str, option: str) -> list[int]:
-    try:
-        counts = [int(n) for n in text.split(",") if n.strip()]
-    except ValueError:
-        raise SystemExit(f"bench_aws: {option} {text!r}: give numbers like 1,20") from None
-    if not counts or min(counts) < 1 or max(counts) > 200:
-        raise SystemExit(f"bench_aws: {option} {text!r}: give numbers from 1 to 200")
-    return counts
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="repeats per measurement")
@@ -452,9 +432,19 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeat < 1:
         raise SystemExit(f"bench_aws: --repeat {args.repeat}: give at least 1")
-    counts = numbers(args.workers, "--workers")
+    counts = common.counts(
+        args.workers, "--workers", prog="bench_aws", example="1,20", zero_is_none=False
+    )
     stopped = (
-        [] if args.stopped_workers == "0" else numbers(args.stopped_workers, "--stopped-workers")
+        []
+        if args.stopped_workers == "0"
+        else common.counts(
+            args.stopped_workers,
+            "--stopped-workers",
+            prog="bench_aws",
+            example="1,20",
+            zero_is_none=False,
+        )
     )
 
     started = time.monotonic()

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import os
 import statistics
@@ -401,7 +400,7 @@ def one_round(
     server.reset()
     server.lro_s, server.retry_after = lro_s, retry_after
     server.store  # noqa: B018
-    with muted(quiet):
+    with common.muted(quiet):
         server.clients().resource.resource_groups.create_or_update(GROUP, {"location": LOCATION})
         side.prepare(server)
 
@@ -435,7 +434,7 @@ def scale_round(server: AzureServer, side: Side, count: int, quiet: bool) -> Mea
 
     server.reset()
     server.lro_s, server.retry_after = 0.05, None
-    with muted(quiet):
+    with common.muted(quiet):
         server.clients().resource.resource_groups.create_or_update(GROUP, {"location": LOCATION})
         side.prepare(server)
         clients = server.clients(polling_interval=0.05)
@@ -485,15 +484,6 @@ def scale_round(server: AzureServer, side: Side, count: int, quiet: bool) -> Mea
         seen, tick = timed(server, side.tick)
     expect(f"{side.label}: a tick saw {seen} of {count} VMs", seen >= count)
     return tick
-
-
-@contextlib.contextmanager
-def muted(quiet: bool) -> Iterator[None]:
-    if not quiet:
-        yield
-        return
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        yield
 
 
 # -- reporting --------------------------------------------------------------------------------
@@ -570,18 +560,6 @@ HEADER = (
 )
 
 
-def numbers(text: str, option: str, top: int) -> list[int]:
-    if text.strip() == "0":
-        return []
-    try:
-        counts = [int(n) for n in text.split(",") if n.strip()]
-    except ValueError:
-        raise SystemExit(f"bench_azure: {option} {text!r}: give numbers like 1,10") from None
-    if not counts or min(counts) < 1 or max(counts) > top:
-        raise SystemExit(f"bench_azure: {option} {text!r}: give numbers from 1 to {top}")
-    return counts
-
-
 def report(
     results: Mapping[tuple[str, str, int, str], Sequence[Measure]],
     ticks: Mapping[tuple[int, str], Measure],
@@ -623,9 +601,19 @@ def main() -> None:
     parser.add_argument("--scale", default="100,1000", help="VMs for the tick (0: none)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
-    plans = [("fast", n) for n in numbers(args.workers, "--workers", 200)]
-    plans += [("ARM-like", n) for n in numbers(args.arm_like_workers, "--arm-like-workers", 200)]
-    scales = numbers(args.scale, "--scale", 1600)
+    plans = [
+        ("fast", n)
+        for n in common.counts(
+            args.workers, "--workers", prog="bench_azure", example="1,10", top=200
+        )
+    ]
+    plans += [
+        ("ARM-like", n)
+        for n in common.counts(
+            args.arm_like_workers, "--arm-like-workers", prog="bench_azure", example="1,10", top=200
+        )
+    ]
+    scales = common.counts(args.scale, "--scale", prog="bench_azure", example="1,10", top=1600)
 
     started = time.monotonic()
     loads = [os.getloadavg()[0]]

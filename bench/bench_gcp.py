@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import os
 import statistics
 import sys
@@ -316,7 +315,7 @@ def one_round(
 ) -> dict[str, Measure]:
     server.reset()
     set_timings(server, delays)
-    with muted(quiet):
+    with common.muted(quiet):
         side.prepare(server)
         ids, launch = timed(server, lambda: side.launch(count))
         expect(f"{side.label}: launched {len(ids)} of {count}", len(ids) == count)
@@ -334,15 +333,6 @@ def one_round(
         _, gone = timed(server, lambda: (side.terminate(ids), listings_until_gone(side, ids)))
     expect(f"{side.label}: the fake failed: {server.errors}", not server.errors)
     return {"launch": launch, "list": listing, "tick": tick, "label": label, "gone": gone}
-
-
-@contextlib.contextmanager
-def muted(quiet: bool) -> Iterator[None]:
-    if not quiet:
-        yield
-        return
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        yield
 
 
 @contextlib.contextmanager
@@ -439,18 +429,6 @@ def report(results: Results, timings: str) -> str:
     return "\n".join([*lines, "", *notes])
 
 
-def numbers(text: str, option: str) -> list[int]:
-    if text.strip() == "0":
-        return []
-    try:
-        counts = [int(n) for n in text.split(",") if n.strip()]
-    except ValueError:
-        raise SystemExit(f"bench_gcp: {option} {text!r}: give numbers like 1,10,50") from None
-    if not counts or min(counts) < 1 or max(counts) > 200:
-        raise SystemExit(f"bench_gcp: {option} {text!r}: give numbers from 1 to 200")
-    return counts
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="repeats per measurement")
@@ -467,8 +445,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeat < 1:
         raise SystemExit(f"bench_gcp: --repeat {args.repeat}: give at least 1")
-    plans = [("zero", n) for n in numbers(args.workers, "--workers")]
-    plans += [("delays", n) for n in numbers(args.delay_workers, "--delay-workers")]
+    plans = [
+        ("zero", n)
+        for n in common.counts(args.workers, "--workers", prog="bench_gcp", example="1,10,50")
+    ]
+    plans += [
+        ("delays", n)
+        for n in common.counts(
+            args.delay_workers, "--delay-workers", prog="bench_gcp", example="1,10,50"
+        )
+    ]
 
     started = time.monotonic()
     loads = [os.getloadavg()[0]]

@@ -4,11 +4,12 @@ keeping Ray's log lines off the tables."""
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -76,3 +77,30 @@ def show_calls(calls: Mapping[str, int], short: Mapping[str, str], per: int = 1)
             text = f"{value:g}" if value == int(value) else f"{value:.1f}"
             parts.append(f"{text} {short.get(operation, operation)}")
     return " + ".join(parts) or "none"
+
+
+@contextlib.contextmanager
+def muted(quiet: bool) -> Iterator[None]:
+    """With `quiet`, what the code inside prints (a provider's own lines, such as Ray's
+    cli_logger line per instance) is kept off the tables."""
+    if not quiet:
+        yield
+        return
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        yield
+
+
+def counts(
+    text: str, option: str, *, prog: str, example: str, top: int = 200, zero_is_none: bool = True
+) -> list[int]:
+    """A `1,10,50` option's numbers, each from 1 to `top` (`0`: none, where `zero_is_none`);
+    anything else ends the run with one line naming the option."""
+    if zero_is_none and text.strip() == "0":
+        return []
+    try:
+        found = [int(n) for n in text.split(",") if n.strip()]
+    except ValueError:
+        raise SystemExit(f"{prog}: {option} {text!r}: give numbers like {example}") from None
+    if not found or min(found) < 1 or max(found) > top:
+        raise SystemExit(f"{prog}: {option} {text!r}: give numbers from 1 to {top}")
+    return found

@@ -15,7 +15,7 @@ import click
 from launcher.cli.app import FiniteFloatRange, Settings, cli
 from launcher.cli.env_option import checked, env_option, values_for
 from launcher.cli.progress import ProgressView
-from launcher.cli.ray_options import USAGE_STATS_OFF, log_options, usage_stats_option
+from launcher.cli.ray_options import log_options, usage_stats_env, usage_stats_option
 from launcher.cluster import lifecycle, ops
 from launcher.cluster.autostop_setting import (
     apply_config_autostop,
@@ -314,7 +314,7 @@ def up(
             restart_only=restart_only,
             no_restart=no_restart,
             wait_for_workers=not no_wait,
-            extra_env=USAGE_STATS_OFF if disable_usage_stats else {},
+            extra_env=usage_stats_env(disable_usage_stats),
             env_options=env,
         ),
         quiet=as_json,
@@ -449,12 +449,13 @@ def exec_command(
     env = checked(env)
     if tmux and env:
         raise UsageError(ops.TMUX_REFUSAL)
+    usage_env = usage_stats_env(disable_usage_stats)
     options = ops.RunOptions(
         screen=screen,
         tmux=tmux,
         port_forward=port_forward,
         run_env=run_env,
-        extra_env=USAGE_STATS_OFF if disable_usage_stats else {},
+        extra_env=usage_env,
     )
 
     def action(config: ClusterConfig) -> int:
@@ -472,7 +473,7 @@ def exec_command(
             start,
             stop,
             action,
-            USAGE_STATS_OFF if disable_usage_stats else {},
+            usage_env,
             env,
         )
     )

@@ -20,6 +20,11 @@ F = Callable[..., Any]
 USAGE_STATS_OFF = {"RAY_USAGE_STATS_ENABLED": "0"}
 
 
+def usage_stats_env(disable_usage_stats: bool) -> dict[str, str]:
+    """What `--disable-usage-stats` adds to the head's (and the command's) environment."""
+    return dict(USAGE_STATS_OFF) if disable_usage_stats else {}
+
+
 def _settings(ctx: click.Context) -> Settings | None:
     return ctx.find_object(Settings)
 

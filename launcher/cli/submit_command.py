@@ -27,7 +27,7 @@ from launcher.cli.jobs_commands import (
     say_run_end,
     supervise_here,
 )
-from launcher.cli.ray_options import USAGE_STATS_OFF, log_options, usage_stats_option
+from launcher.cli.ray_options import log_options, usage_stats_env, usage_stats_option
 from launcher.cluster import ops
 from launcher.cluster.head import connect
 from launcher.config.loader import Overrides, load_config
@@ -173,7 +173,7 @@ def submit(
     env = checked(env)
     if tmux and env:
         raise UsageError(ops.TMUX_REFUSAL)
-    usage_env = USAGE_STATS_OFF if disable_usage_stats else {}
+    usage_env = usage_stats_env(disable_usage_stats)
     options = ops.RunOptions(
         screen=screen,
         tmux=tmux,

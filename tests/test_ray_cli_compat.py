@@ -270,3 +270,46 @@ def test_a_nodes_info_is_its_packages_and_processes_in_full() -> None:
     assert "pip list --format=freeze" in script and "ps -ww -eo" in script and "args" in script
     assert "ps" not in info_script(pip=True, processes=False, verbose=True)
     assert "pip" not in info_script(pip=False, processes=True, verbose=False)
+
+
+def test_disable_usage_stats_reaches_the_heads_ray_start(
+    cli_runner: Callable[..., CliResult],
+    write_config: Callable[[str], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`up --disable-usage-stats` hands the head's start commands RAY_USAGE_STATS_ENABLED=0
+    (the CLI's part, then the updater's, on a localhost node whose start command records it)."""
+    from launcher.cli import cluster_commands
+    from launcher.cluster import lifecycle
+    from launcher.providers.localhost.provider import LocalhostProvider
+    from launcher.updater.updater import NodeUpdater, UpdateOptions
+
+    given: list[dict[str, str]] = []
+
+    def up(path: str, overrides: Any, options: lifecycle.UpOptions, *_: Any) -> Any:
+        given.append(dict(options.extra_env))
+        raise UsageError("stopped here by the test")
+
+    monkeypatch.setattr(cluster_commands.lifecycle, "up", up)
+    config_path = write_config(LOCAL)
+    cli_runner("up", "-y", "--disable-usage-stats", str(config_path))
+    cli_runner("up", "-y", str(config_path))
+    assert given == [{"RAY_USAGE_STATS_ENABLED": "0"}, {}]
+
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LAUNCHER_MACHINE_DIR", str(tmp_path / "machine"))
+    monkeypatch.delenv("RAY_USAGE_STATS_ENABLED", raising=False)
+    config = parse_config(
+        LOCAL + "head_start_ray_commands: ['echo \"[$RAY_USAGE_STATS_ENABLED]\" > ~/usage']\n",
+        "inline",
+    )
+    provider = LocalhostProvider(config)
+    (head,) = provider.create_nodes(config.node_types["head"], NodeKind.HEAD, 1, {})
+    try:
+        options = UpdateOptions(cwd=tmp_path, extra_env={"RAY_USAGE_STATS_ENABLED": "0"})
+        NodeUpdater(provider, config, head, None, options, lambda _: None).run()
+        usage = provider.nodes_dir / head.id / "home" / "usage"
+        assert usage.read_text().strip() == "[0]"
+    finally:
+        provider.terminate_nodes([head.id])

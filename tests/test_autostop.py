@@ -157,6 +157,35 @@ def test_a_command_run_detached_counts_as_a_session_while_it_runs(
         subprocess.run(stop, env=env, capture_output=True, check=False)
 
 
+def test_extra_screen_args_reach_screen(tmp_path: Path) -> None:
+    """`submit --screen --extra-screen-args '-c RC -L -Logfile F'`: screen logs the session
+    to F (RC has it flush the log at once, not every 10 s)."""
+    if shutil.which("screen") is None:
+        pytest.skip("screen is not installed here (scripts/test installs it)")
+    log = tmp_path / "screen.log"
+    rc = tmp_path / "screenrc"
+    rc.write_text("logfile flush 0\n")
+    wrapped, name = wrap_session(
+        "echo hello-from-screen; sleep 2",
+        screen=True,
+        tmux=False,
+        folder=str(tmp_path / "sessions"),
+        screen_args=f"-c {rc} -L -Logfile {log}",
+    )
+    env = {**os.environ, "SCREENDIR": str(tmp_path / "screens")}
+    (tmp_path / "screens").mkdir(mode=0o700)
+    try:
+        subprocess.run(["bash", "-c", wrapped], env=env, check=True, cwd=tmp_path)
+        wait_for(
+            lambda: log.is_file() and "hello-from-screen" in log.read_text(errors="replace"),
+            30,
+            "screen's log of the session",
+        )
+    finally:
+        quit_ = ["screen", "-S", str(name), "-X", "quit"]
+        subprocess.run(quit_, env=env, capture_output=True, check=False)
+
+
 def test_autostop_config_key_is_validated() -> None:
     base = cluster_config("as-config")
     config = parse_config(

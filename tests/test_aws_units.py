@@ -11,7 +11,12 @@ from pathlib import Path
 
 from launcher.config.frozen import freeze
 from launcher.providers.aws.clients import error_message
-from launcher.providers.aws.iam import HEAD_DESCRIBE_ACTIONS, head_policy, head_role_name
+from launcher.providers.aws.iam import (
+    HEAD_DESCRIBE_ACTIONS,
+    PRICE_ACTIONS,
+    head_policy,
+    head_role_name,
+)
 from launcher.providers.aws.instances import launch_config_digest, to_node
 from launcher.providers.aws.launch import (
     LaunchContext,
@@ -247,10 +252,15 @@ def test_head_policy_limits_changes_to_the_clusters_tagged_instances() -> None:
     launch = statements["LaunchTaggedInstances"]
     assert launch["Condition"] == {"StringEquals": {"aws:RequestTag/launcher-cluster": "c1"}}
     # Nothing but describing is allowed on every resource without a condition, and only
-    # what the head's autoscaler describes: not, say, any instance's user data.
-    for statement in policy["Statement"]:
-        if statement["Resource"] == "*" and "Condition" not in statement:
-            assert set(statement["Action"]) == set(HEAD_DESCRIBE_ACTIONS)
+    # what the head's autoscaler describes (its instances, and public prices): not, say,
+    # any instance's user data.
+    unlimited = [
+        set(s["Action"])
+        for s in policy["Statement"]
+        if s["Resource"] == "*" and "Condition" not in s
+    ]
+    assert unlimited == [set(HEAD_DESCRIBE_ACTIONS), set(PRICE_ACTIONS)]
+    assert PRICE_ACTIONS == ("ec2:DescribeSpotPriceHistory", "pricing:GetProducts")
     assert "Describe*" not in str(policy) and "DescribeInstanceAttribute" not in str(policy)
     assert "iam:" not in str(policy)  # no worker type names a profile: nothing to pass
     assert head_role_name("my-cluster_1") == "launcher-head-my-cluster_1"

@@ -1,7 +1,7 @@
 """Live prices on AWS: boto3's real EC2 and Price List clients against moto (spot price history
 per zone) and our Price List fake (fakes/prices/aws_pricing.py), all on 127.0.0.1; the disk
-cache with its TTLs; the static table, labelled, when the APIs cannot be reached; `plan`
-showing where each price comes from."""
+cache with its TTLs; the static table, labelled, when the APIs cannot be reached; `plan`,
+`simulate` and the head's autoscaler using them, showing where each price comes from."""
 
 from __future__ import annotations
 
@@ -15,14 +15,17 @@ import pytest
 from fakes.aws.server import MotoServer
 from fakes.prices.aws_pricing import PriceListServer
 from fakes.prices.aws_spot import zone_prices
-from launcher.autoscaler.decide.view import planner_settings
-from launcher.config.loader import load_config
+from launcher.autoscaler.decide.plan_types import Settings, TypeInfo
+from launcher.autoscaler.decide.view import planner_settings, price_changes
+from launcher.autoscaler.spec import AutoscalerSpec
+from launcher.config.loader import Overrides, load_config
 from launcher.config.model import ClusterConfig
 from launcher.dryrun import make_plan
 from launcher.ledger.keeping import note_listing
 from launcher.ledger.store import read_record
 from launcher.pricing import PriceTable, load_prices
-from launcher.pricing.cache import cache_path
+from launcher.pricing.cache import cache_path, read
+from launcher.pricing.handoff import REFRESH_S, HeadPrices, PriceHandoff, handoff_for
 from launcher.pricing.live import live_prices
 from launcher.providers.base import Node, NodeKind, NodeState
 from launcher.providers.registry import SPECS
@@ -301,3 +304,170 @@ def test_cost_report_shows_the_source_of_each_price(
     assert sources["head"][0].startswith("live: AWS Price List API, us-west-2, fetched")
     text = " ".join(run_cli("cost-report").stdout.split())
     assert "price of live-prices spot (spot): live: EC2 spot price history, us-west-2b" in text
+
+
+# The head's autoscaler plans with live prices: what `up` hands it (this machine's cache and
+# price settings, in the autoscaler's spec but not its digest), and what the head reads
+# itself, in the background, every REFRESH_S; and `simulate` prices a trace as `plan` does.
+
+AWS = SPECS["aws"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _spot_price(prices: HeadPrices) -> float | None:
+    info = prices.table().machine("aws", "m5.xlarge")
+    return info.price.spot if info is not None else None
+
+
+def _offline(pricing: PriceListServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    pricing.offline = True
+    monkeypatch.setenv("AWS_ENDPOINT_URL_EC2", "http://127.0.0.1:9")  # nothing listens there
+
+
+def test_the_head_plans_at_once_with_the_prices_up_handed_it_when_it_cannot_read_them(
+    pricing: PriceListServer,
+    moto: MotoServer,
+    write_config: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    zone_prices(monkeypatch, ZONES)
+    config = _config(write_config)
+    assert run_cli("plan", str(config.source)).exit_code == 0  # this machine's cache
+    handoff = handoff_for(config, AWS)
+    assert handoff.region == "us-west-2" and handoff.cache is not None
+    assert handoff.environ == {"LAUNCHER_PRICES": "live"}  # no credentials, no endpoints
+    # The head: its own $LAUNCHER_HOME, and no way to reach the price APIs.
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "head-home"))
+    _offline(pricing, monkeypatch)
+    calls = (_spot_calls(moto), len(pricing.calls))
+    clock = Clock()
+    prices = HeadPrices(config, AWS, handoff, clock)
+    assert _spot_price(prices) == pytest.approx(0.047)  # the zone's live price, at once
+    settings = planner_settings(config, AWS, prices.table())
+    assert settings.types["spot"].price == pytest.approx(0.047)
+    assert read(cache_path("aws", "us-west-2")).entries  # kept in the head's own cache
+    # Its refresh finds the handed prices fresh: nothing fetched, nothing changed.
+    assert prices.poll() is None
+    prices.wait(10)
+    fresh = prices.poll()
+    assert fresh is not None and fresh.machine("aws", "m5.xlarge") == prices.table().machine(
+        "aws", "m5.xlarge"
+    )
+    assert (_spot_calls(moto), len(pricing.calls)) == calls
+
+
+def test_the_head_reads_prices_itself_in_the_background_and_replans_with_them(
+    pricing: PriceListServer,
+    moto: MotoServer,
+    write_config: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    zone_prices(monkeypatch, ZONES)
+    config = _config(write_config)
+    handoff = handoff_for(config, AWS)  # nothing cached on this machine: plan never ran
+    assert handoff.cache is None
+    clock = Clock()
+    prices = HeadPrices(config, AWS, handoff, clock)
+    before = planner_settings(config, AWS, prices.table())
+    assert prices.table().machine("aws", "m5.xlarge") is not None
+    # The static table until the head has read.
+    assert prices.table().live_notes["aws"].startswith("no live prices; static table")
+    assert prices.poll() is None  # starts the first refresh, in a thread
+    prices.wait(10)
+    fresh = prices.poll()
+    assert fresh is not None and prices.table() is fresh
+    assert _spot_price(prices) == pytest.approx(0.047)
+    assert fresh.live_notes["aws"].startswith("live prices: EC2 spot price history")
+    after = planner_settings(config, AWS, fresh)
+    assert price_changes(before, after) == [
+        f"head: ${before.types['head'].price:.4f}/h -> $0.1010/h",
+        f"spot: ${before.types['spot'].price:.4f}/h -> $0.0470/h",
+    ]
+    # The next refresh waits its turn.
+    calls = (_spot_calls(moto), len(pricing.calls))
+    clock.now += REFRESH_S - 1
+    assert prices.poll() is None
+    prices.wait(10)
+    assert prices.poll() is None and (_spot_calls(moto), len(pricing.calls)) == calls
+    clock.now += 1
+    prices.poll()
+    prices.wait(10)
+    assert prices.poll() is not None  # read again (the cache, still fresh, answered)
+
+
+def test_static_prices_on_this_machine_keep_the_head_from_fetching(
+    pricing: PriceListServer,
+    moto: MotoServer,
+    write_config: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = _config(write_config)
+    monkeypatch.setenv("LAUNCHER_PRICES", "static")
+    handoff = handoff_for(config, AWS)
+    assert handoff == PriceHandoff({"LAUNCHER_PRICES": "static"})
+    monkeypatch.setenv("LAUNCHER_PRICES", "live")  # the head's own environment says live
+    prices = HeadPrices(config, AWS, handoff, Clock())
+    prices.poll()
+    prices.wait(10)
+    assert prices.poll() is None
+    assert _spot_calls(moto) == 0 and not pricing.calls
+    info = prices.table().machine("aws", "m5.xlarge")
+    assert info is not None and info.price.spot_source.startswith("static table ")
+
+
+def test_new_prices_alone_do_not_restart_the_autoscaler() -> None:
+    cache = {"version": 1, "entries": {}, "failures": {}}
+    bare = AutoscalerSpec("cluster_name: c\n", "c.yaml", Overrides())
+    priced = AutoscalerSpec(
+        "cluster_name: c\n",
+        "c.yaml",
+        Overrides(),
+        prices=PriceHandoff({"LAUNCHER_PRICES": "live"}, "us-west-2", cache),
+    )
+    assert bare.digest == priced.digest
+    again = AutoscalerSpec.from_json(priced.to_json())
+    assert again == priced and json.loads(priced.to_json())["prices"]["region"] == "us-west-2"
+    # A spec written before prices were handed over still reads.
+    old = json.loads(bare.to_json())
+    del old["prices"]
+    assert AutoscalerSpec.from_json(json.dumps(old)).prices == PriceHandoff()
+
+
+def test_price_changes_name_each_type_whose_price_moved() -> None:
+    def settings(**prices: float | None) -> Settings:
+        types = {n: TypeInfo(n, {"CPU": 1.0}, 0, 1, price=p) for n, p in prices.items()}
+        return Settings(types=types, max_workers=1)
+
+    before = settings(a=0.1, b=0.2, c=None)
+    after = settings(a=0.1, b=0.25, c=0.3)
+    assert price_changes(before, after) == ["b: $0.2000/h -> $0.2500/h", "c: unknown -> $0.3000/h"]
+    assert price_changes(after, after) == []
+
+
+def test_simulate_costs_a_trace_at_the_zones_live_prices(
+    pricing: PriceListServer,
+    write_config: Callable[..., Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    zone_prices(monkeypatch, ZONES)
+    config = _config(write_config)
+    line = '{"t": 0, "resources": {"CPU": 1}, "count": 8, "duration_s": 3600}\n'
+    trace = write_config(line, "trace.jsonl")
+    args = ("simulate", str(config.source), "--trace", str(trace), "--launch-delay-s", "0")
+    shown = run_cli(*args, "--json")
+    assert shown.exit_code == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    assert report["prices"].startswith("live prices: EC2 spot price history")
+    hours = report["node_hours"]
+    assert report["cost"]["spot"] == pytest.approx(round(0.047 * hours["spot"], 4))
+    assert report["cost"]["head"] == pytest.approx(round(0.101 * hours["head"], 4))
+    text = " ".join(run_cli(*args).stdout.split())
+    assert "Prices: live prices: EC2 spot price history" in text

@@ -40,7 +40,7 @@ from launcher.autoscaler.decide.evacuate import Evacuation
 from launcher.autoscaler.decide.idle import IdleTimer, busy_reasons, due
 from launcher.autoscaler.decide.node_states import NodeLife, NodeStates, Transition, follow
 from launcher.autoscaler.decide.planner import Plan
-from launcher.autoscaler.decide.view import planner_settings
+from launcher.autoscaler.decide.view import planner_settings, price_changes
 from launcher.autoscaler.observe.gcs import GcsDemandReader
 from launcher.autoscaler.observe.head_files import open_sessions, read_autostop
 from launcher.autoscaler.observe.listing import NodeListing
@@ -56,7 +56,8 @@ from launcher.errors import LauncherError
 from launcher.events import Event, Message, NodeProgress
 from launcher.files import write_whole
 from launcher.ledger.keeping import note_listing
-from launcher.pricing import load_prices
+from launcher.pricing import PriceTable
+from launcher.pricing.handoff import HeadPrices, PriceHandoff
 from launcher.providers.base import Node, NodeProvider, NodeStatus, head_of
 from launcher.providers.factory import make_provider
 from launcher.providers.registry import SPECS
@@ -91,6 +92,7 @@ class Daemon:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         config_text: str = "",
+        prices: PriceHandoff | None = None,
     ) -> None:
         self.provider = provider
         self.config = config
@@ -130,7 +132,12 @@ class Daemon:
             MAX_PARALLEL_SETUPS,
         )
         self.ray_nodes: frozenset[tuple[str, bool]] = frozenset()
-        self.settings = planner_settings(config, SPECS[config.provider.type], load_prices())
+        # The prices `up` handed over, then kept current on the head (see HeadPrices).
+        self.prices = HeadPrices(
+            config, SPECS[config.provider.type], prices or PriceHandoff(), clock
+        )
+        self.settings = planner_settings(config, SPECS[config.provider.type], self.prices.table())
+        self.prices_note = ""
         self.reader: GcsDemandReader | None = None
         self.seen_before: set[str] = set()
         self.seen_now: set[str] = set()
@@ -167,6 +174,17 @@ class Daemon:
                 self.reader.close()
         log("autoscaler stopped")
 
+    def _reprice(self, table: PriceTable) -> None:
+        """Plan with `table` from now on; log each node type whose price it changed."""
+        settings = planner_settings(self.config, SPECS[self.config.provider.type], table)
+        for line in price_changes(self.settings, settings):
+            log(f"price of {line}")
+        note = table.live_notes.get(self.config.provider.type)
+        if note and note != self.prices_note:
+            log(f"prices: {note}")
+        self.prices_note = note or ""
+        self.settings = settings
+
     def round(self) -> None:
         """One tick. Whatever goes wrong in it is logged and counted, and the daemon goes
         on to the next round: a bug met in one state of the cluster must not leave the
@@ -192,6 +210,9 @@ class Daemon:
                 log(f"could not write the autoscaler's state: {problem}")
 
     def tick(self) -> None:
+        fresh = self.prices.poll()
+        if fresh is not None:
+            self._reprice(fresh)
         busy = self.setups.busy()
         self.executor.collect()
         self.autostop = read_autostop(AUTOSTOP_FILE, self.config.autostop)
@@ -447,7 +468,11 @@ def main(argv: list[str] | None = None) -> int:
     spec = AutoscalerSpec.from_json(Path(args.spec).expanduser().read_text())
     config = spec.load_on_head()
     daemon = Daemon(
-        make_provider(config, on_head=True), config, args.interval, config_text=spec.config_text
+        make_provider(config, on_head=True),
+        config,
+        args.interval,
+        config_text=spec.config_text,
+        prices=spec.prices,
     )
 
     def stop(signum: int, frame: FrameType | None) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from launcher.config.loader import Overrides, parse_config
 from launcher.config.model import ClusterConfig
+from launcher.pricing.handoff import PriceHandoff
 
 HEAD_DIR = "~/.launcher/head"
 SPEC_FILE = f"{HEAD_DIR}/autoscaler.json"
@@ -34,22 +35,26 @@ class AutoscalerSpec:
     overrides: Overrides
     launcher_digest: str = ""  # of the launcher installed on a remote head (its code changed)
     head_key: str | None = None  # where `up` put the SSH key the head reaches workers with
+    # The prices `up` knew: not in the digest, so new prices alone restart nothing (the
+    # head keeps its own current).
+    prices: PriceHandoff = dataclasses.field(default_factory=PriceHandoff)
+
+    def _identity(self) -> dict[str, object]:
+        return {
+            "config_text": self.config_text,
+            "source": self.source,
+            "overrides": dataclasses.asdict(self.overrides),
+            "launcher_digest": self.launcher_digest,
+            "head_key": self.head_key,
+        }
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "config_text": self.config_text,
-                "source": self.source,
-                "overrides": dataclasses.asdict(self.overrides),
-                "launcher_digest": self.launcher_digest,
-                "head_key": self.head_key,
-            },
-            sort_keys=True,
-        )
+        return json.dumps({**self._identity(), "prices": self.prices.to_json()}, sort_keys=True)
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+        text = json.dumps(self._identity(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @staticmethod
     def from_json(text: str) -> AutoscalerSpec:
@@ -60,6 +65,7 @@ class AutoscalerSpec:
             Overrides(**data["overrides"]),
             data.get("launcher_digest", ""),
             data.get("head_key"),
+            PriceHandoff.from_json(data.get("prices")),
         )
 
     def load_on_head(self) -> ClusterConfig:

@@ -718,13 +718,14 @@ def simulate(
     from launcher.autoscaler.simulator import Simulation, read_trace
     from launcher.cli.render_simulation import render_simulation
     from launcher.pricing import load_prices
+    from launcher.pricing.live import live_prices
     from launcher.providers.registry import SPECS
 
     config = load_config(cluster_config_file)
     capacity = _capacities(capacities, config.node_types)
     trace = read_trace(trace_path)
     spec = SPECS[config.provider.type]
-    prices = load_prices()
+    prices = live_prices(config, spec, load_prices())  # as `plan` prices the cluster
     spot = [
         name for name, t in config.node_types.items() if spec.node_offer(config, t, prices).spot
     ]
@@ -738,10 +739,11 @@ def simulate(
         capacity=capacity,
     )
     report = simulation.run(trace)
+    source = prices.live_notes.get(spec.type) or prices.static_source(spec.type)
     if as_json:
-        settings.output.json(report.to_json())
+        settings.output.json({**report.to_json(), "prices": source})
         return
-    render_simulation(settings.output.console, report)
+    render_simulation(settings.output.console, report, source)
 
 
 def _capacities(values: tuple[str, ...], node_types: Mapping[str, object]) -> dict[str, int]:

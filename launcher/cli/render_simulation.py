@@ -12,7 +12,8 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f} s"
 
 
-def render_simulation(console: Console, report: SimulationReport) -> None:
+def render_simulation(console: Console, report: SimulationReport, prices: str = "") -> None:
+    """`report` as text; `prices` says where the prices come from."""
     console.print(f"Simulated {report.duration_s / 3600:.2f} h, {report.ticks} planner ticks")
     console.print("Node-hours and cost by node type:")
     for name in sorted(report.node_hours):
@@ -20,6 +21,8 @@ def render_simulation(console: Console, report: SimulationReport) -> None:
         shown = "price unknown" if cost is None else f"${cost:,.2f}"
         console.print(f"  {escape(name)}: {report.node_hours[name]:.2f} node-h, {shown}")
     total = "unknown" if report.total_cost is None else f"${report.total_cost:,.2f}"
+    if prices:
+        console.print(f"Prices: {escape(prices)}")
     console.print(
         f"Total cost: {total}; peak nodes: {report.peak_nodes} (head included); "
         f"spot preemptions: {report.preemptions}; capacity failures: {report.capacity_failures}"

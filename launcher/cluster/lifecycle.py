@@ -34,6 +34,7 @@ from launcher.errors import LauncherError, UsageError
 from launcher.events import EventSink, Message, NodeProgress
 from launcher.ledger.keeping import note_gone, note_listing
 from launcher.paths import cluster_dir, launcher_home, node_log
+from launcher.pricing.handoff import PriceHandoff, handoff_for
 from launcher.providers.base import (
     TAG_STATUS,
     Node,
@@ -160,7 +161,7 @@ def up(
         session = connect(config, provider, head if steps.nothing else None)
         if options.on_head_ready is not None:
             options.on_head_ready(session.head)
-        spec = AutoscalerSpec(text, path, overrides)
+        spec = AutoscalerSpec(text, path, overrides, prices=_price_handoff(config))
         python = shlex.quote(provider.access.head_python())
         if provider.traits.installs_launcher_on_head:
             spec, python = _prepare_remote_head(
@@ -182,6 +183,11 @@ def up(
         )
     note_listing(config, [session.head, *workers], listed_all=False)
     return UpResult(config, session.head, session.env["RAY_ADDRESS"], created, daemon, workers)
+
+
+def _price_handoff(config: ClusterConfig) -> PriceHandoff:
+    spec = provider_spec(config.provider.type)
+    return handoff_for(config, spec) if spec is not None else PriceHandoff()
 
 
 def _prepare_remote_head(

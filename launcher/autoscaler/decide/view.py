@@ -59,6 +59,21 @@ def planner_settings(config: ClusterConfig, spec: ProviderSpec, prices: PriceTab
     return settings
 
 
+def price_changes(before: Settings, after: Settings) -> list[str]:
+    """One phrase per node type whose planning price differs between `before` and `after`:
+    "TYPE: $A/h -> $B/h" (a price not known shows as "unknown")."""
+
+    def shown(price: float | None) -> str:
+        return "unknown" if price is None else f"${price:.4f}/h"
+
+    out = []
+    for name, new in after.types.items():
+        old = before.types.get(name)
+        if old is not None and old.price != new.price:
+            out.append(f"{name}: {shown(old.price)} -> {shown(new.price)}")
+    return out
+
+
 def snapshot(
     config: ClusterConfig,
     nodes: Sequence[Node],

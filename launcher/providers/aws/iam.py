@@ -36,6 +36,9 @@ HEAD_DESCRIBE_ACTIONS = (
     "ec2:DescribeSubnets",
 )
 
+# What the head's autoscaler reads prices with (launcher.pricing.aws): public prices only.
+PRICE_ACTIONS = ("ec2:DescribeSpotPriceHistory", "pricing:GetProducts")
+
 __all__ = ["HEAD_DESCRIBE_ACTIONS", "head_policy", "head_role_name", "profile_roles"]
 
 
@@ -59,6 +62,7 @@ def head_policy(
     own = {"StringEquals": {f"ec2:ResourceTag/{TAG_CLUSTER}": cluster_name}}
     statements = [
         {"Sid": "Look", "Effect": "Allow", "Action": list(HEAD_DESCRIBE_ACTIONS), "Resource": "*"},
+        {"Sid": "ReadPrices", "Effect": "Allow", "Action": list(PRICE_ACTIONS), "Resource": "*"},
         {
             "Sid": "LaunchTaggedInstances",
             "Effect": "Allow",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from fakes.azure.common import begin_delete, location_of, new_resource, ref, tags_of
 from fakes.azure.faults import ALLOCATION_MESSAGES, ArmError
 from fakes.azure.lro import Operation
-from fakes.azure.routes import Ctx, Reply, handles
+from fakes.azure.routes import USAGES, Ctx, Reply, handles
 from fakes.azure.store import Resource, now_text, resource_id
 
 if TYPE_CHECKING:
@@ -43,6 +43,36 @@ _POWER_TEXT = {
     "deallocating": "VM deallocating",
     "deallocated": "VM deallocated",
 }
+
+
+# Compute's usage list (`GET .../providers/Microsoft.Compute/locations/{l}/usages`): each
+# quota's `name.value` and `localizedValue` as Azure words them, by lower-case name; a VM
+# family's (`standardDSv3Family`) is `Standard DSv3 Family vCPUs`. Limits not set with
+# `AzureServer.set_quota` are these defaults, far above what a test launches, and a create
+# is held to the same limits.
+_NAMED = {
+    "availabilitysets": ("availabilitySets", "Availability Sets"),
+    "cores": ("cores", "Total Regional vCPUs"),
+    "virtualmachines": ("virtualMachines", "Virtual Machines"),
+    "virtualmachinescalesets": ("virtualMachineScaleSets", "Virtual Machine Scale Sets"),
+    "lowprioritycores": ("lowPriorityCores", "Total Regional Low-priority vCPUs"),
+}
+DEFAULT_VCPU_LIMIT = 1000
+DEFAULT_LIMITS = {
+    "availabilitysets": 2500,
+    "virtualmachines": 25000,
+    "virtualmachinescalesets": 2500,
+}
+
+
+def _family_label(family: str) -> tuple[str, str]:
+    """(`standardDSv3Family`, `Standard DSv3 Family vCPUs`)."""
+    words = family
+    if words.lower().startswith("standard"):
+        words = "Standard " + words[len("standard") :]
+    if words.endswith("Family"):
+        words = words[: -len("Family")] + " Family"
+    return family, f"{words} vCPUs"
 
 
 # The adminUsername values Azure refuses (its Compute API reference, "Disallowed values"),
@@ -259,25 +289,66 @@ class Compute:
                 "https://aka.ms/azureskunotavailable for details.",
             )
 
-    def check_quota(self, size: Any, spot: bool, location: str, exclude: Resource | None) -> None:
-        quotas = self.server.quotas
-        usage: dict[str, int] = {}
+    def usage(self, location: str, exclude: Resource | None = None) -> dict[str, int]:
+        """What the VMs in `location` use of its compute quotas, by quota name in lower case:
+        the vCPUs of allocated VMs (spot ones under `lowprioritycores`, others under `cores`
+        and their size's family) and the number of VMs (`virtualmachines`, allocated or not)."""
+        where = location.replace(" ", "").lower()
+        used: dict[str, int] = {}
+
+        def add(name: str, amount: int) -> None:
+            used[name] = used.get(name, 0) + amount
+
         for vm in self.all_vms():
-            if vm is exclude or not self.allocated(vm):
+            if vm is exclude or str(vm.body.get("location", "")).lower() != where:
                 continue
-            other = self.server.sizes.get(str(vm.props["hardwareProfile"]["vmSize"]).lower())
-            if other is None:
+            add("virtualmachines", 1)
+            size = self.server.sizes.get(str(vm.props["hardwareProfile"]["vmSize"]).lower())
+            if size is None or not self.allocated(vm):
                 continue
             if vm.props.get("priority") == "Spot":
-                usage["lowprioritycores"] = usage.get("lowprioritycores", 0) + other.vcpus
+                add("lowprioritycores", size.vcpus)
             else:
-                usage["cores"] = usage.get("cores", 0) + other.vcpus
-                usage[other.family.lower()] = usage.get(other.family.lower(), 0) + other.vcpus
+                add("cores", size.vcpus)
+                add(size.family.lower(), size.vcpus)
+        return used
+
+    def limit(self, name: str) -> tuple[int, str]:
+        """Quota `name`'s limit (`set_quota`, else the fake's default) and the error code a
+        create beyond it answers."""
+        found = self.server.quotas.get(name.lower())
+        if found is not None:
+            return found
+        return DEFAULT_LIMITS.get(name.lower(), DEFAULT_VCPU_LIMIT), "OperationNotAllowed"
+
+    def usages(self, location: str) -> list[dict[str, Any]]:
+        """The location's usage list as Microsoft.Compute answers it (see `list_usages`)."""
+        used = self.usage(location)
+        families = {s.family.lower(): s.family for s in self.server.sizes.values()}
+        for name in self.server.quotas:
+            if name not in _NAMED and name not in families:
+                families[name] = name
+        rows = [(name, _NAMED[name]) for name in ("availabilitysets", "cores", "virtualmachines")]
+        rows.append(("virtualmachinescalesets", _NAMED["virtualmachinescalesets"]))
+        rows += [(family, _family_label(families[family])) for family in sorted(families)]
+        rows.append(("lowprioritycores", _NAMED["lowprioritycores"]))
+        out = []
+        for key, (value, localized) in rows:
+            out.append(
+                {
+                    "limit": self.limit(key)[0],
+                    "unit": "Count",
+                    "currentValue": used.get(key, 0),
+                    "name": {"value": value, "localizedValue": localized},
+                }
+            )
+        return out
+
+    def check_quota(self, size: Any, spot: bool, location: str, exclude: Resource | None) -> None:
+        usage = self.usage(location, exclude)
         families = ["lowprioritycores"] if spot else ["cores", size.family.lower()]
         for family in families:
-            if family not in quotas:
-                continue
-            limit, code = quotas[family]
+            limit, code = self.limit(family)
             current = usage.get(family, 0)
             if current + size.vcpus > limit:
                 label = {
@@ -528,6 +599,26 @@ def get_vm(ctx: Ctx) -> Reply:
 @handles(VM, "get:instanceView")
 def get_instance_view(ctx: Ctx) -> Reply:
     return Reply(200, _compute(ctx).instance_view(_vm(ctx)))
+
+
+@handles(USAGES, "list:get")
+def list_usages(ctx: Ctx) -> Reply:
+    """A location's compute usages and limits, `server.usage_page_size` to a page (None:
+    one page) with a nextLink carrying `$skiptoken`, as the SDK's pager follows it."""
+    t = ctx.target
+    assert t.location is not None
+    rows = _compute(ctx).usages(t.location)
+    size = ctx.server.usage_page_size
+    if size is None:
+        return Reply(200, {"value": rows})
+    start = int(ctx.query.get("$skiptoken") or 0)
+    body: dict[str, Any] = {"value": rows[start : start + size]}
+    if start + size < len(rows):
+        body["nextLink"] = (
+            f"{ctx.server.url}{ctx.call.path}?api-version={ctx.api_version}"
+            f"&$skiptoken={start + size}"
+        )
+    return Reply(200, body)
 
 
 @handles(VM, "list:get")

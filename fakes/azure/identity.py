@@ -2,9 +2,10 @@
 assignments, built-in role definitions) for fakes/azure/server.py, and the authorization
 of calls made with managed-identity tokens.
 
-The client-secret service principal owns the subscription: its calls are always allowed.
-A managed identity's call is allowed only where a role assignment of the identity, at the
-call's scope or above it, grants the action: Owner everything, Contributor everything but
+The fake's client-secret service principal owns the subscription: its calls are always
+allowed. Any other principal's call (a managed identity's, or a service principal's made
+with `AzureServer.add_service_principal`) is allowed only where a role assignment of the
+principal, at the call's scope or above it, grants the action: Owner everything, Contributor everything but
 Microsoft.Authorization writes and deletes, Reader only reads; otherwise 403
 AuthorizationFailed. Operation polls (operations / operationResults) are not checked.
 A role assignment PUT for a principal made less than `principal_delay` seconds ago answers
@@ -128,7 +129,7 @@ class Identity:
             return ArmError(
                 401, "InvalidAuthenticationToken", "The access token's principal no longer exists."
             )
-        if principal.kind == "ServicePrincipal":
+        if principal.owner:
             return None
         scope = _scope_of(call, target)
         action = _action_of(call, target)

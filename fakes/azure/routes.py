@@ -38,6 +38,8 @@ CHILD_KINDS = {
         "Microsoft.Network/networkInterfaces/ipConfigurations",
     )
 }
+# A location's compute usages and limits (quota), a list that is no resource type.
+USAGES = "Microsoft.Compute/locations/usages"
 SPECIAL = {
     "subscriptions": "Microsoft.Resources/subscriptions",
     "resourceGroups": "Microsoft.Resources/resourceGroups",
@@ -62,7 +64,7 @@ class Target:
     child: str | None = None  # a child resource's name (subnets/NAME)
     action: str | None = None  # a POST action or a GET view (instanceView)
     collection: bool = False  # the path names a list, not one resource
-    scope: str | None = None  # the scope of an authorization path
+    scope: str | None = None  # the scope an authorization path (or a usage list) names
     namespace: str | None = None
     location: str | None = None
     op_id: str | None = None
@@ -119,6 +121,17 @@ def parse(path: str) -> Target:
         if low[4] == "locations" and len(low) == 8 and low[6] in ("operations", "operationresults"):
             short = "operations" if low[6] == "operations" else "operationResults"
             return Target(None, short, sub, namespace=segs[3], location=segs[5], op_id=segs[7])
+        if low[3:5] == ["microsoft.compute", "locations"] and low[6:] == ["usages"]:
+            # Authorized as Microsoft.Compute/locations/usages/read at the subscription.
+            return Target(
+                USAGES,
+                "usages",
+                sub,
+                collection=True,
+                scope=f"/subscriptions/{sub}",
+                namespace=segs[3],
+                location=segs[5],
+            )
         kind = KINDS.get(f"{low[3]}/{low[4]}")
         if kind is None:
             raise _unknown(segs[3], segs[4])

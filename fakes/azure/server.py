@@ -86,7 +86,7 @@ from fakes.azure.compute import VmView
 from fakes.azure.faults import ArmError, Call, Fault, Faults, Logged
 from fakes.azure.lro import Operation, Operations, seconds
 from fakes.azure.routes import Ctx, Reply, Target, find_handler, operation_name, parse
-from fakes.azure.store import Resource, Store, resource_id
+from fakes.azure.store import Resource, Store, now_text, resource_id
 from fakes.azure.tokens import (
     Principal,
     TokenBook,
@@ -177,12 +177,14 @@ class AzureServer:
                 "ServicePrincipal",
                 "launcher-test",
                 secret=self.client_secret,
+                owner=True,
             )
         )
         self.sizes: dict[str, Size] = dict(SIZES)
         self.capacity: dict[tuple[str, str | None], tuple[int, str | None]] = {}
         self.restricted: set[tuple[str, str | None]] = set()
         self.quotas: dict[str, tuple[int, str]] = {}
+        self.usage_page_size: int | None = None  # the usage list's page (None: one page)
         self.hosts_attached = 0  # AzureHosts watching: machines are theirs to turn on
         self._log = CallLog[Logged]()
         self._seq = 0
@@ -396,13 +398,51 @@ class AzureServer:
 
     def set_quota(self, family: str, vcpus: int | None, code: str = "OperationNotAllowed") -> None:
         """The regional vCPU quota of `family` (`standardDSv3Family`; `cores`: all
-        regular VMs; `lowPriorityCores`: spot VMs); None removes it. A create (or start of
-        a deallocated VM) beyond it answers 409 `code` with Azure's quota message."""
+        regular VMs; `lowPriorityCores`: spot VMs); None: back to the fake's default (1000).
+        A create (or start of a deallocated VM) beyond it answers 409 `code` with Azure's
+        quota message; the usage list (`compute.usage.list(location)`) gives it as `limit`,
+        beside what the location's allocated VMs use (`currentValue`)."""
         with self.cond:
             if vcpus is None:
                 self.quotas.pop(family.lower(), None)
             else:
                 self.quotas[family.lower()] = (vcpus, code)
+
+    def add_service_principal(self, name: str) -> tuple[str, str, str]:
+        """Another service principal with a client secret, holding no role: its calls are
+        refused (403 AuthorizationFailed) until `grant` (or a role assignment) allows them.
+        Returns (client id, secret, object id); reset() forgets it."""
+        with self.cond:
+            principal = self.tokens.add(
+                Principal(
+                    str(uuid.uuid4()),
+                    str(uuid.uuid4()),
+                    "ServicePrincipal",
+                    name,
+                    secret="fake-secret-" + uuid.uuid4().hex,
+                )
+            )
+            assert principal.secret is not None
+            return principal.client_id, principal.secret, principal.object_id
+
+    def grant(self, object_id: str, role: str, scope: str | None = None) -> None:
+        """Role `role` (Owner, Contributor or Reader) to principal `object_id` at `scope`
+        (default: the subscription), as a role assignment PUT would."""
+        from fakes.azure.identity import ROLES, Assignment
+
+        guid = next(g for g, entry in ROLES.items() if entry[0].lower() == role.lower())
+        scope = scope or f"/subscriptions/{self.subscription}"
+        with self.cond:
+            name = str(uuid.uuid4())
+            self.identity.assignments[name] = Assignment(
+                name,
+                scope,
+                guid,
+                f"{scope}/providers/Microsoft.Authorization/roleDefinitions/{guid}",
+                object_id,
+                "ServicePrincipal",
+                now_text(),
+            )
 
     def throttle(self, times: int, operation: str = "*", retry_after: float = 1) -> Fault:
         """The next `times` calls matching `operation` answer 429 with Retry-After."""
@@ -436,6 +476,7 @@ class AzureServer:
             self.capacity.clear()
             self.restricted.clear()
             self.quotas.clear()
+            self.usage_page_size = None
             self.sizes = dict(SIZES)
             self._log.clear()
             self.errors.clear()

@@ -29,6 +29,7 @@ class Principal:
     secret: str | None = None
     identity_id: str | None = None  # a managed identity's resource id
     created: float = field(default_factory=time.monotonic)
+    owner: bool = False  # may do anything (the fake's own service principal), no role needed
 
 
 @dataclass
@@ -49,7 +50,7 @@ class TokenBook:
         self.tokens: dict[str, Issued] = {}
 
     def clear(self) -> None:
-        self.principals = {k: p for k, p in self.principals.items() if p.kind == "ServicePrincipal"}
+        self.principals = {k: p for k, p in self.principals.items() if p.owner}
         self.tokens.clear()
 
     def add(self, principal: Principal) -> Principal:

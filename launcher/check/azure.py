@@ -6,18 +6,22 @@ node types. Imports the Azure SDK only when probing."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
 
-from launcher.check.decide import needs_by_type, node_counts, quota_findings
-from launcher.check.model import Aspect, Finding, QuotaReading, Status
+from launcher.check.decide import node_counts, quota_findings
+from launcher.check.model import Aspect, Finding, QuotaNeed, QuotaReading, Status
 from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError
 from launcher.providers.azure import clients as az
-from launcher.providers.azure.model import AzureProviderConfig, is_spot
+from launcher.providers.azure.model import AzureProviderConfig, is_spot, vm_size
 
 QUOTA_FIX = "ask for more on the Quotas page of the Azure portal (Compute, this location)"
+ROLE_FIX = (
+    "give the identity a role on subscription {subscription}: Contributor for `up` "
+    "(az role assignment create --assignee <its client id> --role Contributor "
+    "--scope /subscriptions/{subscription})"
+)
 # Usage names (`usage.name.value`) of the regional vCPU limits a VM counts against.
 REGULAR, SPOT = "cores", "lowPriorityCores"
 
@@ -39,6 +43,36 @@ def _first_line(exc: BaseException) -> str:
     return text.split(". ")[0] if len(text) > 300 else text
 
 
+# How azure-identity words a credential of the chain that found nothing to use (as opposed
+# to one that tried and was refused).
+_UNAVAILABLE = ("unavailable", "not found", "not installed", "could not be found", "requires")
+
+
+def _token_problem(exc: BaseException) -> str:
+    """Why the credential chain gave no token, in a line: the answer of each credential
+    that tried (a refused secret: Entra's AADSTS code and first sentence), else that none
+    found anything to sign in with. DefaultAzureCredential's message lists each credential
+    it tried on a line of its own ("\tEnvironmentCredential: ...")."""
+    tried: list[str] = []
+    refused: list[str] = []
+    for line in str(exc).splitlines():
+        name, sep, reason = line.strip().partition(": ")
+        if not line.startswith("\t") or not sep or " " in name:
+            continue
+        tried.append(name)
+        if any(word in reason.lower() for word in _UNAVAILABLE):
+            continue
+        reason = reason.removeprefix("Authentication failed: ").split(" Trace ID:")[0]
+        if len(reason) > 160 and ". " in reason:
+            reason = reason.split(". ")[0] + "."
+        refused.append(f"{name}: {reason}")
+    if refused:
+        return "; ".join(refused)
+    if tried:
+        return f"no credentials found; tried {', '.join(tried)}"
+    return _first_line(exc)
+
+
 def probe(config: ClusterConfig, in_depth: bool) -> list[Finding]:
     settings = config.provider
     assert isinstance(settings, AzureProviderConfig)
@@ -52,7 +86,7 @@ def probe(config: ClusterConfig, in_depth: bool) -> list[Finding]:
             Finding(
                 Aspect.CREDENTIALS,
                 Status.PROBLEM,
-                f"no Azure token for {endpoint} ({_first_line(exc)})",
+                f"no Azure token for {endpoint} ({_token_problem(exc)})",
                 az.CREDENTIALS_HINT,
             )
         ]
@@ -81,14 +115,19 @@ def _reads(clients: az.AzureClients, settings: AzureProviderConfig) -> Finding:
         found = subscriptions.get(clients.subscription)
         name = getattr(found, "display_name", None) or clients.subscription
         exists = az.get_or_none(lambda: clients.resources.resource_groups.get(group))
-    except LauncherError as exc:
-        return Finding(Aspect.CREDENTIALS, Status.PROBLEM, str(exc), az.SUBSCRIPTION_FIX)
+    except LauncherError as exc:  # the group's read (get_or_none), refused
+        return Finding(
+            Aspect.CREDENTIALS,
+            Status.PROBLEM,
+            f"cannot read resource group {group} ({exc})",
+            _read_fix(exc, clients.subscription),
+        )
     except Exception as exc:
         return Finding(
             Aspect.CREDENTIALS,
             Status.PROBLEM,
             f"cannot read subscription {clients.subscription} ({_first_line(exc)})",
-            az.SUBSCRIPTION_FIX,
+            _read_fix(exc, clients.subscription),
         )
     where = f"resource group {group} " + ("found" if exists is not None else "(up creates it)")
     return Finding(
@@ -96,6 +135,15 @@ def _reads(clients: az.AzureClients, settings: AzureProviderConfig) -> Finding:
         Status.OK,
         f"subscription {name} ({clients.subscription}), {where}",
     )
+
+
+def _read_fix(exc: BaseException, subscription: str) -> str:
+    """What to do about a refused read: a role for the identity when ARM said it has none
+    (403), else the subscription to name."""
+    cause = exc.__cause__ or exc
+    if getattr(cause, "status_code", None) == 403 or az.arm_code(cause) == "AuthorizationFailed":
+        return ROLE_FIX.format(subscription=subscription)
+    return az.SUBSCRIPTION_FIX
 
 
 def _quotas(clients: az.AzureClients, config: ClusterConfig, in_depth: bool) -> list[Finding]:
@@ -112,31 +160,78 @@ def _quotas(clients: az.AzureClients, config: ClusterConfig, in_depth: bool) -> 
                 f"vCPU usage in {location} ({_first_line(exc)})",
             )
         ]
+    by_name = {str(getattr(u.name, "value", "")).lower(): u for u in usages}
+    counts = node_counts(config) if in_depth else {}
+    sizes = _sizes(clients, location, config, counts)
+    shown: dict[str, str] = {}  # usage name (lower case) -> its reading's name
+    needs: list[QuotaNeed] = []
+    for name in (REGULAR, SPOT):
+        if name.lower() in by_name:
+            shown[name.lower()] = f"{_regional(name)} in {location}"
+    for type_name, (least, most) in counts.items():
+        node_type = config.node_types[type_name]
+        size = vm_size(node_type.node_config) or ""
+        vcpus, family = sizes.get(size.lower(), (0, ""))
+        keys = [SPOT] if is_spot(node_type.node_config) else [REGULAR, family]
+        for key in filter(None, keys):
+            usage = by_name.get(key.lower())
+            if usage is None or not vcpus:
+                continue
+            if key.lower() not in shown:
+                label = getattr(usage.name, "localized_value", None) or key
+                shown[key.lower()] = f"{label} in {location}"
+            needs.append(QuotaNeed(shown[key.lower()], type_name, float(vcpus), least, most))
     readings = [
         QuotaReading(
-            f"{_usage_name(u)} in {location}",
-            float(u.limit),
-            float(u.current_value),
+            reading,
+            float(by_name[key].limit),
+            float(by_name[key].current_value),
             fix=QUOTA_FIX,
         )
-        for u in usages
-        if getattr(u.name, "value", None) in (REGULAR, SPOT)
+        for key, reading in shown.items()
     ]
-    names = {r.name.split(" in ")[0]: r.name for r in readings}
-    per_type: dict[str, tuple[str, float] | None] = {}
-    for name in node_counts(config):
-        node_type = config.node_types[name]
-        key = SPOT if is_spot(node_type.node_config) else REGULAR
-        cpus = float(node_type.resources.get("CPU", 0))
-        shown = names.get(_shown(key))
-        per_type[name] = (shown, cpus) if shown and cpus else None
-    needs = needs_by_type(node_counts(config), per_type) if in_depth else []
     return quota_findings(readings, needs)
 
 
-def _shown(key: str) -> str:
-    return "Total Regional Spot vCPUs" if key == SPOT else "Total Regional vCPUs"
+def _regional(name: str) -> str:
+    return "Total Regional Spot vCPUs" if name == SPOT else "Total Regional vCPUs"
 
 
-def _usage_name(usage: Any) -> str:
-    return _shown(SPOT if usage.name.value == SPOT else REGULAR)
+def _sizes(
+    clients: az.AzureClients,
+    location: str,
+    config: ClusterConfig,
+    counts: Mapping[str, tuple[int, int]],
+) -> dict[str, tuple[int, str]]:
+    """(vCPUs, quota family) of the node types' VM sizes, by size in lower case: Azure's
+    resource SKUs for the location (a VM counts its vCPUs against its quotas whatever Ray's
+    `resources` say), else the launcher's price table (vCPUs, no family)."""
+    wanted = {
+        size.lower()
+        for name in counts
+        if (size := vm_size(config.node_types[name].node_config)) is not None
+    }
+    if not wanted:
+        return {}
+    found: dict[str, tuple[int, str]] = {}
+    try:
+        for sku in clients.compute.resource_skus.list(filter=f"location eq '{location}'"):
+            name = str(sku.name or "").lower()
+            if sku.resource_type != "virtualMachines" or name not in wanted:
+                continue
+            if location.lower() not in {str(x).lower() for x in sku.locations or []}:
+                continue
+            caps = {c.name: c.value for c in sku.capabilities or []}
+            vcpus = caps.get("vCPUs")
+            if vcpus and str(vcpus).isdigit():
+                found[name] = (int(vcpus), str(sku.family or ""))
+    except Exception:  # the SKU list refused or failed: the price table's sizes below
+        pass
+    if len(found) < len(wanted):
+        from launcher.pricing import load_prices
+
+        rows = load_prices().machines.get("azure", {})
+        for size, info in rows.items():
+            if size.lower() in wanted and size.lower() not in found:
+                found[size.lower()] = (info.vcpus, "")
+    return found

@@ -5,6 +5,7 @@ types; and the fake's usage list itself, read with the real SDK."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -305,3 +306,16 @@ def test_without_the_extra_the_hint_installs_it(
     assert found["status"] == "problem" and f"{module} is not installed" in found["detail"]
     assert found["fix"] == "pip install 'launcher-ray[azure]'"
     assert len(answer["providers"][0]["findings"]) == 1  # nothing probed without the SDK
+
+
+def test_without_a_config_azure_is_checked_with_its_defaults_and_exits_0(
+    azure: AzureServer,
+) -> None:
+    azure.set_quota("cores", 1)  # no config: no node types to hold against it
+    result = run_cli("check", "--json")
+    assert result.exit_code == 0, result.stderr
+    answer = json.loads(result.stdout)
+    (report,) = [r for r in answer["providers"] if r["provider"] == "azure"]
+    assert report["in_config"] is False and report["status"] == "ok", report
+    assert "Total Regional vCPUs in westus2: 1 of 1 vCPUs left" in report["summary"]
+    assert outside() == []

@@ -152,7 +152,7 @@ def live_prices(
     note = f"live prices: {source.title}" if derived else f"no live prices; {fallback} used"
     if problems:
         note += f" ({'; '.join(problems)}; {fallback} used where no live price is kept)"
-    return overlay(table, spec.type, derived, request.zones, note)
+    return overlay(table, spec.type, derived, request.zones, note, request.known)
 
 
 def cached_prices(

@@ -109,11 +109,16 @@ def _merged(old: HourlyPrice | None, on_demand: Quote | None, spot: Quote | None
 
 
 def overlay(
-    table: PriceTable, provider: str, quotes: Iterable[Quote], zones: tuple[str, ...], note: str
+    table: PriceTable,
+    provider: str,
+    quotes: Iterable[Quote],
+    zones: tuple[str, ...],
+    note: str,
+    sizes: Mapping[str, MachineInfo] | None = None,
 ) -> PriceTable:
     """`table` with `provider`'s rows priced from `quotes` (see `choose`). A machine the
-    table has no row for is not added (its size is unknown); an accelerator is added only
-    with an on-demand price."""
+    table has no row for is added only when `sizes` gives its size, and with an on-demand
+    price; likewise an accelerator is added only with an on-demand price."""
     chosen = choose(quotes, zones)
     machines: dict[str, MachineInfo] = {}
     accelerators: dict[str, HourlyPrice] = {}
@@ -124,6 +129,8 @@ def overlay(
             info = table.machine(provider, machine)
             if info is not None:
                 machines[machine] = replace(info, price=_merged(info.price, on_demand, spot))
+            elif on_demand is not None and (sized := (sizes or {}).get(machine)) is not None:
+                machines[machine] = replace(sized, price=_merged(None, on_demand, spot))
         elif kind == ACCELERATOR:
             old = table.accelerator(provider, machine)
             if old is not None or on_demand is not None:

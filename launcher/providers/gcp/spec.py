@@ -10,7 +10,9 @@ from typing import Any
 from launcher.config.frozen import freeze
 from launcher.config.model import ClusterConfig, NodeType, ProviderConfig
 from launcher.config.problems import Problem, Severity
-from launcher.pricing import HourlyPrice, PriceTable, load_prices
+from launcher.pricing import HourlyPrice, MachineInfo, PriceTable, load_prices
+from launcher.pricing.gcp import machine_info
+from launcher.pricing.quotes import PriceRequest
 from launcher.providers.gcp import names
 from launcher.providers.spec import (
     ControllerCredentials,
@@ -124,6 +126,7 @@ class GcpSpec(ProviderSpec):
     type = "gcp"
     implementation = "launcher.providers.gcp.provider:GcpProvider"
     price_file = "prices.json"
+    price_source = "launcher.pricing.gcp"
     title = "gcp"
     controller_credentials = ControllerCredentials(
         variables=("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"),
@@ -289,3 +292,32 @@ class GcpSpec(ProviderSpec):
             extra = prices.accelerator("gcp", name)
             price = None if price is None or extra is None else price + extra.times(count)
         return NodeOffer(" + ".join(parts), spot, price)
+
+    def price_request(self, config: ClusterConfig, prices: PriceTable) -> PriceRequest | None:
+        """Every node type's machine type and GPUs in the cluster's region (GCE's prices are
+        the region's, the same in each of its zones). The sizes are the table's rows, else
+        those a machine type's name gives (n2-standard-32: 32 vCPUs, 128 GiB)."""
+        provider = config.provider
+        assert isinstance(provider, GcpProviderConfig)
+        machines: set[str] = set()
+        gpus: set[str] = set()
+        for node_type in config.node_types.values():
+            machine = _basename(node_type.node_config.get("machineType"))
+            if machine:
+                machines.add(machine)
+            gpus.update(name for name, _ in accelerators(node_type.node_config))
+        known: dict[str, MachineInfo] = {}
+        for machine in machines:
+            info = prices.machine("gcp", machine) or machine_info(machine)
+            if info is not None:
+                known[machine] = info
+        zones = tuple(z.strip() for z in provider.availability_zone.split(",") if z.strip())
+        return PriceRequest(
+            "gcp",
+            provider.region,
+            zones,
+            tuple(sorted(machines)),
+            tuple(sorted(gpus)),
+            provider_config=provider,
+            known=known,
+        )

@@ -627,7 +627,7 @@ def list_vms(ctx: Ctx) -> Reply:
 
     t = ctx.target
     store = ctx.server.store
-    if t.rg is not None:
+    if t.sub is not None and t.rg is not None:
         store.group(t.sub, t.rg)
     clauses = parse_filter(ctx.query.get("$filter"))
     view = _expand_view(ctx) or (ctx.query.get("statusOnly") or "").lower() == "true"
@@ -860,11 +860,12 @@ def put_vm(ctx: Ctx) -> Reply:  # noqa: PLR0915 (builds the whole VM document)
     linux = os_profile.setdefault("linuxConfiguration", {})
     linux.setdefault("disablePasswordAuthentication", True)
     linux.setdefault("provisionVMAgent", True)
-    nics = []
+    nics: list[dict[str, Any]] = []
     for index, item in enumerate(
         (props.get("networkProfile") or {}).get("networkInterfaces") or []
     ):
         nic = store.find(item["id"])
+        assert nic is not None  # _validate_vm found each NIC
         nic_props = dict(item.get("properties") or {})
         nic_props.setdefault("primary", index == 0)
         nic_props.setdefault("deleteOption", "Detach")
@@ -948,10 +949,11 @@ def put_vm(ctx: Ctx) -> Reply:  # noqa: PLR0915 (builds the whole VM document)
         disk.body["zones"] = zones
     store.add(disk)
     for item in nics:
-        nic = store.find(item["id"])
-        nic.extra["vm"] = res.id
-        nic.props["macAddress"] = _mac()
-        nic.props["primary"] = bool(item["properties"].get("primary"))
+        attached = store.find(item["id"])
+        assert attached is not None
+        attached.extra["vm"] = res.id
+        attached.props["macAddress"] = _mac()
+        attached.props["primary"] = bool(item["properties"].get("primary"))
     op = server.begin(ctx, res.id, location)
 
     def work(op_: Operation) -> None:
@@ -1066,7 +1068,12 @@ def delete_vm(ctx: Ctx) -> Reply:
     op = server.begin(ctx, vm.id, vm.body.get("location"))
     if vm.state != "Deleting":
         vm.state = "Deleting"
-        comp._halt(vm, "deallocated", lambda: (comp._cascade(vm), server.ops.succeed(op)))
+
+        def gone() -> None:
+            comp._cascade(vm)
+            server.ops.succeed(op)
+
+        comp._halt(vm, "deallocated", gone)
     else:
         _when_gone(server, vm, op)
     return Reply(202, None, server.lro_headers(ctx, op, True))
@@ -1212,7 +1219,7 @@ def get_disk(ctx: Ctx) -> Reply:
 @handles(DISK, "list:get")
 def list_disks(ctx: Ctx) -> Reply:
     t = ctx.target
-    if t.rg is not None:
+    if t.sub is not None and t.rg is not None:
         ctx.server.store.group(t.sub, t.rg)
     return Reply(200, {"value": [d.answer() for d in ctx.server.store.of_kind(DISK, t.sub, t.rg)]})
 

@@ -237,7 +237,7 @@ def get_identity(ctx: Ctx) -> Reply:
 @handles(MI, "list:get")
 def list_identities(ctx: Ctx) -> Reply:
     t = ctx.target
-    if t.rg is not None:
+    if t.sub is not None and t.rg is not None:
         ctx.server.store.group(t.sub, t.rg)
     return Reply(200, {"value": [r.answer() for r in ctx.server.store.of_kind(MI, t.sub, t.rg)]})
 

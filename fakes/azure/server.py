@@ -704,17 +704,17 @@ class AzureServer:
             origin,
         )
         if issued is None:
-            error = _auth_error(auth_code, self.url, self.tenant)
-            self.record(call, 401, error.code, False)
-            return Reply(401, error.body(), dict(error.headers))
+            unauthorized = _auth_error(auth_code, self.url, self.tenant)
+            self.record(call, 401, unauthorized.code, False)
+            return Reply(401, unauthorized.body(), dict(unauthorized.headers))
         if "api-version" not in query:
-            error = ArmError(
+            no_version = ArmError(
                 400,
                 "MissingApiVersionParameter",
                 "The api-version query parameter (?api-version=) is required for all requests.",
             )
-            self.record(call, 400, error.code, False)
-            return Reply(400, error.body())
+            self.record(call, 400, no_version.code, False)
+            return Reply(400, no_version.body())
         if bad_json is not None:
             self.record(call, 400, bad_json.code, False)
             return Reply(400, bad_json.body())
@@ -775,9 +775,9 @@ class AzureServer:
                         reply = Reply(500, failure.body())
                     self.cond.notify_all()
         if failing is not None:
-            error = failing.arm_error()
-            reply = Reply(error.status, error.body(), dict(error.headers))
-            injected_code = error.code
+            injected = failing.arm_error()
+            reply = Reply(injected.status, injected.body(), dict(injected.headers))
+            injected_code = injected.code
         code = None
         if reply.status >= 400 and isinstance(reply.body, dict):
             code = reply.body.get("error", {}).get("code")
@@ -856,15 +856,18 @@ class AzureServer:
 
     @property
     def compute(self) -> compute.Compute:
-        return self._module("_compute", compute.Compute)
+        made: compute.Compute = self._module("_compute", compute.Compute)
+        return made
 
     @property
     def network(self) -> network.Network:
-        return self._module("_network", network.Network)
+        made: network.Network = self._module("_network", network.Network)
+        return made
 
     @property
     def identity(self) -> identity.Identity:
-        return self._module("_identity", identity.Identity)
+        made: identity.Identity = self._module("_identity", identity.Identity)
+        return made
 
     def _module(self, attr: str, make: Callable[[AzureServer], Any]) -> Any:
         with self.cond:

@@ -1,7 +1,8 @@
 """`launcher check` for Azure: a Resource Manager token from the launcher's credential chain
 (azure-identity's DefaultAzureCredential), a read of the subscription and the cluster's
-resource group, and the location's vCPU usage (regional and spot) against the config's
-node types. Imports the Azure SDK only when probing."""
+resource group, and the location's vCPU usage (regional, each VM family's, and spot as
+`lowPriorityCores`) against the config's node types, each taking its VM size's vCPUs (as
+Resource SKUs give them, not Ray's `resources`). Imports the Azure SDK only when probing."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def _token_problem(exc: BaseException) -> str:
     """Why the credential chain gave no token, in a line: the answer of each credential
     that tried (a refused secret: Entra's AADSTS code and first sentence), else that none
     found anything to sign in with. DefaultAzureCredential's message lists each credential
-    it tried on a line of its own ("\tEnvironmentCredential: ...")."""
+    it tried on a line of its own, after a tab: `EnvironmentCredential: <why>`."""
     tried: list[str] = []
     refused: list[str] = []
     for line in str(exc).splitlines():

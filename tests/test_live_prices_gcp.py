@@ -347,3 +347,28 @@ def test_cost_report_shows_the_gcp_source(
     sources = {r["node_type"]: r["price_sources"] for r in cluster["rows"]}
     assert sources["t5"][0].startswith("live: Cloud Billing Catalog API, us-west1, fetched")
     assert sources["head"][0].startswith("live: Cloud Billing Catalog API, us-west1, fetched")
+
+
+def test_a_slow_catalog_leaves_the_table(
+    catalog: BillingCatalogServer,
+    write_config: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    catalog.delay_s = 3.0
+    monkeypatch.setenv("LAUNCHER_PRICES_TIMEOUT", "0.5")
+    prices = _live(_config(write_config))
+    assert "no answer within 0.5 s" in prices.live_notes["gcp"]
+    info = prices.machine("gcp", "n1-standard-8")
+    assert info is not None and info.price.on_demand_source.startswith("static table ")
+
+
+def test_gclouds_endpoint_override_is_honoured(
+    catalog: BillingCatalogServer,
+    write_config: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("LAUNCHER_GCP_PRICES_URL")
+    monkeypatch.setenv("CLOUDSDK_API_ENDPOINT_OVERRIDES_CLOUDBILLING", catalog.url)
+    prices = _live(_config(write_config))
+    assert prices.live_notes["gcp"] == "live prices: Cloud Billing Catalog API"
+    assert catalog.calls

@@ -6,13 +6,17 @@ Values travel only on a command's standard input, as a shell script of `export` 
 the command reads first (`LOAD_FROM_STDIN`). What a node's Ray needs later (its `ray start`,
 and the workers the head's autoscaler starts after `up` has returned) is kept on the node
 in one file, `SECRETS_FILE` (mode 0600, in the 0700 directory `SECRETS_DIR`), written from
-standard input (`WRITE_FILE`) and read by `SOURCE_FILE` before Ray starts.
+standard input (`WRITE_FILE`) and read by `SOURCE_FILE` before Ray starts. A tmux session
+(whose server may have been started by another shell, and so not take this one's
+environment) gets its values from a one-use file beside it, removed as the session reads it
+(`store_handed`, `load_handed`).
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+import secrets
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -38,6 +42,22 @@ WRITE_FILE = (
     f"if [ -s {SECRETS_FILE}.new ]; then mv -f {SECRETS_FILE}.new {SECRETS_FILE}; "
     f"else rm -f {SECRETS_FILE}.new {SECRETS_FILE}; fi"
 )
+
+
+def handed_file() -> str:
+    """A new name for a one-use file of values handed to a detached session (tmux)."""
+    return f"{SECRETS_DIR}/session-{secrets.token_hex(8)}"
+
+
+def store_handed(path: str) -> str:
+    """Writes the script on standard input to `path` (0600, in the 0700 `SECRETS_DIR`)."""
+    return f"umask 077 && mkdir -p {SECRETS_DIR} && chmod 700 {SECRETS_DIR} && cat > {path}"
+
+
+def load_handed(path: str) -> str:
+    """Exports the values `store_handed` wrote to `path`, and removes it: run in the session
+    the values are for, whose server does not take the calling shell's environment."""
+    return f"set -a; . {path} || exit 97; set +a; rm -f {path}; "
 
 
 def check_name(name: str, where: str) -> str:

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from launcher import secret_env
 from launcher.cli import jobs_commands
 from launcher.cli.main import cli
 from launcher.cluster.install import install_on_controller
@@ -285,7 +286,9 @@ def test_a_planted_secret_reaches_the_controller_only_in_its_0600_file(
     ctl.runner = fake  # type: ignore[assignment]
     said: list[str] = []
 
-    assert remote.start(ctl, config, run, None, said.append) == 4242
+    run_value = "rv-" + SECRET  # the run's own `--env WANDB_API_KEY`
+    given = {"WANDB_API_KEY": run_value}
+    assert remote.start(ctl, config, run, None, said.append, given) == 4242
 
     secrets = f"/home/ops/.launcher-controller/secrets/ctl-units/{run.id}"
     holding = {where for where, (data, _) in fake.puts.items() if SECRET.encode() in data}
@@ -294,6 +297,9 @@ def test_a_planted_secret_reaches_the_controller_only_in_its_0600_file(
         assert fake.puts[where][1] == 0o600
     env = fake.puts[f"{secrets}/env"][0].decode()
     assert "export AWS_ACCESS_KEY_ID=AKIAEXAMPLE" in env
+    # The supervisor there finds the run's variable, as a detached one here does.
+    assert secret_env.inherited(secret_env.parse(env), []) == given
+    assert not any(run_value in c for c in fake.commands)
     assert f"AWS_SHARED_CREDENTIALS_FILE={secrets}/AWS_SHARED_CREDENTIALS_FILE" in env
     assert not any(SECRET in c for c in fake.commands)
     assert not any(SECRET in line for line in said)

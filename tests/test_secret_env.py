@@ -4,15 +4,20 @@ way values travel (a command's standard input, a node's 0600 file), on this mach
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from launcher import secret_env
+from launcher.cluster import ops
 from launcher.config.loader import parse_config
 from launcher.errors import ConfigError, UsageError
 from launcher.runners.local import LocalProcessRunner
+from tests.cluster_helpers import wait_for
 from tests.conftest import run_cli
 
 LOCAL = "cluster_name: envs\nprovider: {type: localhost}\n"
@@ -121,20 +126,45 @@ def test_cli_refuses_unset_and_bad_names_with_exit_2(
     assert os.environ.get("SURELY_UNSET_VARIABLE") is None
 
 
-@pytest.mark.parametrize("verb", ["exec", "submit"])
-def test_env_with_tmux_is_refused_in_one_line(
-    verb: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "home"))
-    path = tmp_path / "cluster.yaml"
-    path.write_text(LOCAL)
-    script = tmp_path / "job.py"
-    script.write_text("print(1)\n")
-    rest = {"exec": ["true"], "submit": [str(script)]}[verb]
-    result = run_cli(verb, "--tmux", "--env", "A=1", str(path), *rest)
-    assert result.exit_code == 2, result.stdout + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--env with --tmux" in lines[0] and "--screen" in lines[0]
+def _tmux(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["tmux", *args], env=env, capture_output=True, text=True, check=False)
+
+
+def test_a_tmux_session_gets_values_a_running_server_would_not_pass(tmp_path: Path) -> None:
+    """`exec/submit --tmux --env`: the values reach the command in the session through a
+    one-use 0600 file its line writes from standard input, gone once the session has read
+    it; a tmux server started earlier, without them, cannot explain what the command sees."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed here (scripts/test installs it)")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "TMUX_TMPDIR": str(tmp_path)}
+    env.pop("GIVEN", None)
+    value = "gv-" + secrets.token_hex(8) + " $(x) 'q'"
+    out = tmp_path / "seen"
+    assert _tmux(env, "new-session", "-d", "-s", "earlier", "sleep 600").returncode == 0
+    try:
+        options = ops.RunOptions(tmux=True, secret_env={"GIVEN": value})
+        line, stdin, name = ops._in_tmux(f'printf %s "$GIVEN" > {out}', options)
+        assert value not in line and stdin is not None and value.encode() not in line.encode()
+        ran = subprocess.run(["bash", "-c", line], input=stdin, env=env, check=False)
+        assert ran.returncode == 0
+        wait_for(lambda: out.is_file() and out.read_text() == value, 30, "the session's output")
+        secrets_dir = home / ".launcher" / "secrets"
+        assert stat.S_IMODE(secrets_dir.stat().st_mode) == 0o700
+        assert not list(secrets_dir.iterdir())  # the one-use file is gone
+        _tmux(env, "kill-session", "-t", str(name))
+        # tmux failing to start the session (no server socket can be made): the file goes too.
+        (tmp_path / "a-file").write_text("")
+        bad = {**env, "TMUX_TMPDIR": str(tmp_path / "a-file")}
+        line, stdin, _ = ops._in_tmux("true", options)
+        failed = subprocess.run(
+            ["bash", "-c", line], input=stdin, env=bad, capture_output=True, check=False
+        )
+        assert failed.returncode != 0
+        assert not list(secrets_dir.iterdir())
+    finally:
+        _tmux(env, "kill-server")
 
 
 def test_a_detached_supervisor_gets_values_in_its_environment_not_its_command_line(
@@ -152,7 +182,7 @@ def test_a_detached_supervisor_gets_values_in_its_environment_not_its_command_li
         def __init__(self, argv: list[str], **kw: object) -> None:
             seen["argv"], seen["env"] = argv, kw["env"]
 
-    monkeypatch.setattr(launch.subprocess, "Popen", Spawned)
+    monkeypatch.setattr(subprocess, "Popen", Spawned)  # as launch.py calls it
     launch.spawn_supervisor(run, None, {"TOKEN": "detached-secret"})
     argv = seen["argv"]
     assert isinstance(argv, list) and not any("detached-secret" in word for word in argv)

@@ -447,8 +447,6 @@ def exec_command(
 ) -> None:
     """Run a shell command on the head node, with RAY_ADDRESS set; exits with its code."""
     env = checked(env)
-    if tmux and env:
-        raise UsageError(ops.TMUX_REFUSAL)
     usage_env = usage_stats_env(disable_usage_stats)
     options = ops.RunOptions(
         screen=screen,
@@ -459,7 +457,7 @@ def exec_command(
     )
 
     def action(config: ClusterConfig) -> int:
-        values = {} if tmux else values_for(config, env)  # (the config's: as `up` kept them)
+        values = values_for(config, env)
         with_env = dataclasses.replace(options, secret_env=values)
         code, session = ops.exec_on_head(config, cmd, with_env, echo_line)
         report_session(settings, session, "tmux" if tmux else "screen")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -171,8 +172,6 @@ def submit(
         except ValueError as exc:
             raise UsageError(f"--args {joined_args!r}: {exc}") from exc
     env = checked(env)
-    if tmux and env:
-        raise UsageError(ops.TMUX_REFUSAL)
     usage_env = usage_stats_env(disable_usage_stats)
     options = ops.RunOptions(
         screen=screen,
@@ -190,7 +189,7 @@ def submit(
             )
 
         def action(config: ClusterConfig) -> int:
-            values = {} if tmux else values_for(config, env)  # (the config's: as `up` kept them)
+            values = values_for(config, env)
             with_env = dataclasses.replace(options, secret_env=values)
             code, session = ops.submit_script(config, script, script_args, with_env, echo_line)
             report_session(settings, session, "tmux" if tmux else "screen")
@@ -217,14 +216,8 @@ def submit(
         _say_storage(settings, config, chosen)
         new = _NewRun(config, chosen, Path(script), script_args, stop, cluster_name)
         if chosen.controller is not None:
-            if secrets:
-                raise UsageError(
-                    "--env and metadata.launcher.env do not go with a controller yet: its "
-                    "supervisor would have to keep the values there; use --no-recover, or "
-                    "recover from this machine (no --controller)"
-                )
             return _on_controller(
-                settings, new, chosen.controller, cluster_config_file, detach, handed_off
+                settings, new, chosen.controller, cluster_config_file, detach, handed_off, secrets
             )
         run = launch.create_run(config, Path(script), script_args, chosen, stop=stop)
         if detach:
@@ -308,6 +301,7 @@ def _on_controller(
     path: str,
     detach: bool,
     handed_off: list[Run],
+    secrets: Mapping[str, str],
 ) -> int:
     """The run supervised from its controller, reached before the run is made here: with
     `detach`, return once the supervisor there has started it, else follow the driver's
@@ -319,7 +313,7 @@ def _on_controller(
             new.config, new.script, new.args, new.chosen, stop=new.stop, controller=ctl.name
         )
         pid, started = remote.supervise_remote(
-            ctl, new.config, run, new.cluster_name, settings.output.line
+            ctl, new.config, run, new.cluster_name, settings.output.line, secrets
         )
         handed_off.append(run)
         follow_hint = f"`launcher jobs logs {path} {run.id} --follow`"

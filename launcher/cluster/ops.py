@@ -51,12 +51,6 @@ class RunOptions:
     secret_env: Mapping[str, str] = field(default_factory=dict)
 
 
-TMUX_REFUSAL = (
-    "--env with --tmux: a tmux server already running would not pass the values to the "
-    "command; use --screen, or neither (values given to `up` reach tmux sessions too)"
-)
-
-
 def wrap_session(
     command: str,
     *,
@@ -120,28 +114,41 @@ def submit_script(
 def _run(
     session: HeadSession, command: str, options: RunOptions, echo: OutputSink
 ) -> tuple[int, str | None]:
-    # A tmux server already running does not take this shell's environment: the head's
-    # kept variables are read in the session itself (stdin's are refused with tmux).
-    in_session = secret_env.SOURCE_FILE + command if options.tmux else command
-    wrapped, name = wrap_session(
-        in_session,
-        screen=options.screen,
-        tmux=options.tmux,
-        screen_args=options.extra_screen_args,
-    )
     runner = _runner_for(session, options.run_env)
     env = {**session.env, **options.extra_env}
-    line, stdin = with_secrets(marked_session(wrapped), options)
+    if options.tmux:
+        line, stdin, name = _in_tmux(command, options)
+    else:
+        wrapped, name = wrap_session(
+            command, screen=options.screen, tmux=False, screen_args=options.extra_screen_args
+        )
+        line, stdin = with_secrets(marked_session(wrapped), options)
     with _forwarded(session, options.port_forward):
         result = runner.run(line, env, echo=echo, stdin=stdin)
     return result.exit_code, name
 
 
+def _in_tmux(command: str, options: RunOptions) -> tuple[str, bytes | None, str | None]:
+    """The line starting `command` in a detached tmux session, its standard input and the
+    session's name. A tmux server already running does not take this shell's environment:
+    the session reads the head's kept variables itself, and `options.secret_env` from a
+    one-use file this line writes from its standard input (removed if tmux fails)."""
+    if not options.secret_env:
+        wrapped, name = wrap_session(secret_env.SOURCE_FILE + command, screen=False, tmux=True)
+        return marked_session(wrapped), None, name
+    handed = secret_env.handed_file()
+    in_session = secret_env.SOURCE_FILE + secret_env.load_handed(handed) + command
+    wrapped, name = wrap_session(in_session, screen=False, tmux=True)
+    line = (
+        f"{secret_env.store_handed(handed)} || exit 97; "
+        f"{{ {marked_session(wrapped)}; }} || {{ code=$?; rm -f {handed}; exit $code; }}"
+    )
+    return line, secret_env.script(options.secret_env), name
+
+
 def with_secrets(command: str, options: RunOptions) -> tuple[str, bytes | None]:
     """`command` exporting the head's kept variables, then `options.secret_env` from its
     standard input (returned), first."""
-    if options.tmux and options.secret_env:
-        raise UsageError(TMUX_REFUSAL)
     if not options.secret_env:
         return secret_env.SOURCE_FILE + command, None
     line = secret_env.SOURCE_FILE + secret_env.LOAD_FROM_STDIN + command
@@ -177,6 +184,8 @@ def attach(
         command = "screen -L" if new else "screen -L -xRR"
     else:
         command = "exec bash -i"
+    # The shell (or a session started now) has the variables kept on the node, as exec's.
+    command = secret_env.SOURCE_FILE + command
     with _forwarded(session, port_forward):
         return session.runner.run(marked_session(command), session.env, interactive=True).exit_code
 

@@ -30,9 +30,10 @@ import os
 import shlex
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from launcher import secret_env
 from launcher.config.loader import split_controller
 from launcher.config.model import ClusterConfig, ControllerSettings
 from launcher.errors import LauncherError
@@ -145,14 +146,16 @@ def supervise_remote(
     run: Run,
     cluster_name_override: str | None,
     say: Callable[[str], None],
+    secrets: Mapping[str, str] | None = None,
 ) -> tuple[int, Run]:
     """Put the run's supervisor on the controller and wait until it has started the first
     attempt; returns its process id there and the run as it then is. When that fails, the
     run is forgotten (its directory here and there, its supervisor there stopped) before
-    the LauncherError goes on: no run is left that nobody supervises."""
+    the LauncherError goes on: no run is left that nobody supervises. `secrets` (`--env`,
+    metadata.launcher.env) reach the supervisor as the credentials do (see `_spawn`)."""
     pid: int | None = None
     try:
-        pid = start(controller, config, run, cluster_name_override, say)
+        pid = start(controller, config, run, cluster_name_override, say, secrets)
         return pid, wait_first_attempt(controller, run, pid)
     except BaseException:
         _discard(controller, run, pid)
@@ -180,11 +183,12 @@ def start(
     run: Run,
     cluster_name_override: str | None,
     say: Callable[[str], None],
+    secrets: Mapping[str, str] | None = None,
 ) -> int:
     """Install the launcher on the controller, put the run and everything its supervisor
     needs there, and start that supervisor detached. Returns its process id there."""
     try:
-        return _start(controller, config, run, cluster_name_override, say)
+        return _start(controller, config, run, cluster_name_override, say, secrets or {})
     except (OSError, EOFError) as exc:  # a copy that failed, a connection that dropped
         raise LauncherError(
             f"could not put the run on the controller {controller.name}: {exc}"
@@ -197,13 +201,18 @@ def _start(
     run: Run,
     cluster_name_override: str | None,
     say: Callable[[str], None],
+    values: Mapping[str, str],
 ) -> int:
     from launcher.cluster.install import install_on_controller
 
     spec = provider_spec(config.provider.type)
     if spec is None:
         raise LauncherError(f"unknown provider type {config.provider.type}")
-    credentials = controller_secrets.collect(spec, os.environ, Path.home())
+    found = controller_secrets.collect(spec, os.environ, Path.home())
+    # The run's own variables go with the credentials, into the same 0600 file the
+    # supervisor's shell sources, and with their names (secret_env.inherited reads them).
+    variables = {**found.variables, **secret_env.for_child(values)} if values else found.variables
+    credentials = dataclasses.replace(found, variables=variables)
     python, how = install_on_controller(
         controller.runner,
         VENV,

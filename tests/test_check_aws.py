@@ -75,8 +75,11 @@ def test_quota_codes_follow_the_instance_family_and_market() -> None:
     assert quota_key("m5.large", True, "r").code == "L-34B43A08"  # type: ignore[union-attr]
     assert quota_key("g5.xlarge", True, "r").code == "L-3819A6DF"  # type: ignore[union-attr]
     assert quota_key("p4d.24xlarge", False, "r").code == "L-417A185B"  # type: ignore[union-attr]
-    assert quota_key("dl1.24xlarge", False, "r") is None  # not D (standard): unknown here
-    assert quota_key("x2idn.16xlarge", True, "r") is None
+    assert quota_key("dl1.24xlarge", False, "r").code == "L-6E869C2A"  # type: ignore[union-attr]
+    assert quota_key("x2idn.16xlarge", True, "r").code == "L-E3A00192"  # type: ignore[union-attr]
+    assert quota_key("trn1.32xlarge", True, "r").code == "L-6B0D517C"  # type: ignore[union-attr]
+    assert quota_key("hpc7g.16xlarge", True, "r") is None  # HPC has no spot market
+    assert quota_key("u-6tb1.metal", False, "r") is None  # high memory: not known here
 
 
 def test_ready_with_room_for_max_workers_exits_0(

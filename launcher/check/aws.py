@@ -18,16 +18,21 @@ from launcher.providers.aws.launch import is_spot, subnet_ids
 from launcher.providers.aws.spec import AwsProviderConfig
 
 # Instance families (the letters an instance type starts with) -> the vCPU quotas of their
-# on-demand and spot instances (Service Quotas codes of service `ec2`).
+# on-demand and spot instances (Service Quotas codes of service `ec2`, as its
+# ListServiceQuotas names them: "Running On-Demand P instances", "All P Spot Instance
+# Requests"; checked against published listings of those names, 2026-12).
 STANDARD = frozenset("acdhimrtz")
 _QUOTAS: Mapping[str, tuple[str, str | None, str]] = {
     **dict.fromkeys(STANDARD, ("L-1216C47A", "L-34B43A08", "standard (A, C, D, H, I, M, R, T, Z)")),
     "g": ("L-DB2E81BA", "L-3819A6DF", "G and VT"),
     "vt": ("L-DB2E81BA", "L-3819A6DF", "G and VT"),
     "p": ("L-417A185B", "L-7212CCBC", "P"),
-    "f": ("L-74FC7D96", None, "F"),
-    "x": ("L-7295265B", None, "X"),
-    "inf": ("L-1945791B", None, "Inf"),
+    "f": ("L-74FC7D96", "L-88CF9481", "F"),
+    "x": ("L-7295265B", "L-E3A00192", "X"),
+    "inf": ("L-1945791B", "L-B5D1601B", "Inf"),
+    "trn": ("L-2C3B7624", "L-6B0D517C", "Trn"),
+    "dl": ("L-6E869C2A", "L-85EED4F7", "DL"),
+    "hpc": ("L-F7808C92", None, "HPC"),  # no spot market
 }
 QUOTA_FIX = "ask for more in the Service Quotas console (EC2) for this region"
 POLICY_FIX = "allow ec2:RunInstances and ec2:DescribeInstances in the credentials' IAM policy"

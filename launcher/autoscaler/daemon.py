@@ -39,6 +39,7 @@ from launcher.autoscaler.decide.demand import Demand
 from launcher.autoscaler.decide.evacuate import Evacuation
 from launcher.autoscaler.decide.idle import IdleTimer, busy_reasons, due
 from launcher.autoscaler.decide.node_states import NodeLife, NodeStates, Transition, follow
+from launcher.autoscaler.decide.plan_types import Decision
 from launcher.autoscaler.decide.planner import Plan
 from launcher.autoscaler.decide.view import planner_settings, price_changes
 from launcher.autoscaler.observe.gcs import GcsDemandReader
@@ -49,8 +50,11 @@ from launcher.autoscaler.spec import (
     SESSIONS_DIR,
     STARTED_LINE,
     STATE_FILE,
+    TIMELINE_FILE,
     AutoscalerSpec,
 )
+from launcher.autoscaler.telemetry import Telemetry, sample_of
+from launcher.autoscaler.timeline import TimelineWriter
 from launcher.config.model import Autostop, ClusterConfig
 from launcher.errors import LauncherError
 from launcher.events import Event, Message, NodeProgress
@@ -112,6 +116,9 @@ class Daemon:
         self.time = Clock(now=clock, wall=wall_clock)
         self.config_text = config_text  # the cluster's YAML, kept in its record
         self.listing = NodeListing(provider.nodes, clock=clock)
+        self.telemetry = Telemetry(
+            TimelineWriter(Path(TIMELINE_FILE).expanduser(), log), wall_clock, config.fallbacks
+        )
         self.executor = Executor(
             provider,
             config,
@@ -119,6 +126,7 @@ class Daemon:
             clock=clock,
             wall_clock=wall_clock,
             on_done=self._launch_done,
+            on_failure=self.telemetry.failure,
         )
         self.setups = Setups(
             provider,
@@ -137,6 +145,11 @@ class Daemon:
             config, SPECS[config.provider.type], prices or PriceHandoff(), clock
         )
         self.settings = planner_settings(config, SPECS[config.provider.type], self.prices.table())
+        spec = SPECS[config.provider.type]
+        self.spot = {
+            name: spec.node_offer(config, node_type, self.prices.table()).spot
+            for name, node_type in config.node_types.items()
+        }
         self.prices_note = ""
         self.reader: GcsDemandReader | None = None
         self.seen_before: set[str] = set()
@@ -231,6 +244,7 @@ class Daemon:
             choice = self._decide(listed, busy, demand, resync)
         if just_read:
             self._record(listed)
+            self.telemetry.listed(listed)
         self._act(choice, demand)
         self._autostop_check(demand)
 
@@ -295,6 +309,7 @@ class Daemon:
         node, notice = transition.node, transition.tells
         if node is None or notice is None:
             return
+        self.telemetry.reclaim(node, "notice" if notice else "preempted")
         if notice:
             when = time.strftime("%H:%M:%S", time.localtime(node.reclaim_at))
             log(
@@ -320,10 +335,11 @@ class Daemon:
         for evacuation in choice.evacuate:
             self._evacuate(evacuation)
         for decision in choice.decisions:
-            self._decided(str(decision), decision.action)
+            self._decided(str(decision), decision.action, decision)
         result = choice.result
         terminate = choice.terminate
         if terminate:
+            self.telemetry.terminating(terminate)
             self.listing.invalidate()
             try:
                 self.provider.stop_nodes(terminate)
@@ -335,12 +351,33 @@ class Daemon:
                 if self.provider.traits.terminating_frees_capacity:
                     gone = set(terminate)
                     self.executor.capacity.freed({n.zone for n in choice.nodes if n.id in gone})
+        # Launches under way, with this tick's (one may end before the tick does; the next
+        # collects it).
+        launching = [(p.node_type, p.count) for p in self.executor.pending()]
         for type_name, count, stands_in_for in result.launches():
             self.executor.launch(type_name, count, stands_in_for)
+            launching.append((type_name, count))
         self._write_state(demand, result, choice.unavailable)
+        self._telemetry_of_tick(choice, demand, launching)
         if choice.head is not None:
             for node, files_only in choice.setups:
                 self.setups.start(node, choice.head, files_only)
+
+    def _telemetry_of_tick(
+        self, choice: Choice, demand: Demand, launching: list[tuple[str, int]]
+    ) -> None:
+        """The tick's reclaims and sample, in the timeline."""
+        prices = {name: info.price for name, info in self.settings.types.items()}
+        sample = sample_of(
+            self.wall_clock(),
+            choice.nodes,
+            launching,
+            demand,
+            len(choice.result.infeasible),
+            prices,
+            self.spot,
+        )
+        self.telemetry.acted(choice.result.launches(), sample)
 
     def _evacuate(self, evacuation: Evacuation) -> None:
         """Stop the Ray of a noticed worker (act/evacuate), once."""
@@ -398,8 +435,9 @@ class Daemon:
             if node_id not in listed and at + RECLAIM_GRACE_S < now
         ]
 
-    def _decided(self, text: str, action: Action) -> None:
-        """Log a decision when it differs from the last tick's, so the log stays readable."""
+    def _decided(self, text: str, action: Action, decision: Decision | None = None) -> None:
+        """Log a decision when it differs from the last tick's, so the log stays readable;
+        the kinds `status` shows are kept in the state file and the timeline."""
         self.seen_now.add(text)
         if text in self.seen_before:
             return
@@ -408,6 +446,11 @@ class Daemon:
             now = self.wall_clock()
             self.recent.append({"time": now, "action": action.value, "text": text})
             self.recent = self.recent[-50:]
+            if decision is None:
+                self.telemetry.decision(action.value, text)
+            else:
+                why, count = decision.reason, decision.count
+                self.telemetry.decision(action.value, why, decision.node_type, count)
 
     def _write_state(self, demand: Demand, result: Plan, unavailable: Mapping[str, str]) -> None:
         self.seen_before, self.seen_now = self.seen_now, set()

@@ -21,6 +21,9 @@ SPEC_FILE = f"{HEAD_DIR}/autoscaler.json"
 LOG_FILE = f"{HEAD_DIR}/monitor.log"
 PID_FILE = f"{HEAD_DIR}/monitor.pid"
 STATE_FILE = f"{HEAD_DIR}/autoscaler-state.json"
+# What the cluster had, was asked for and what the autoscaler did (timeline.py), rotated to
+# timeline.1.jsonl.
+TIMELINE_FILE = f"{HEAD_DIR}/timeline.jsonl"
 # Autostop set by `launcher autostop` / `up --idle-minutes-to-autostop` (over the config's).
 AUTOSTOP_FILE = f"{HEAD_DIR}/autostop.json"
 # One file per open exec/attach/submit session, named by its shell's process id.

@@ -61,6 +61,8 @@ class Executor:
     clock: Callable[[], float] = time.monotonic  # ages and backoffs
     wall_clock: Callable[[], float] = time.time  # a launch's start, shown by `status`
     on_done: Callable[[], None] = lambda: None  # a launch finished (wake the daemon's loop)
+    # A capacity failure, per zone: (type, zone or None, the provider's error).
+    on_failure: Callable[[str, str | None, str], None] = lambda node_type, zone, why: None
 
     def __post_init__(self) -> None:
         self._pool = ThreadPoolExecutor(MAX_CONCURRENT_BATCHES, thread_name_prefix="launch")
@@ -139,6 +141,7 @@ class Executor:
                 zones = every if error.scope == "quota" else (error.zones or every)
                 what = "over its quota" if error.scope == "quota" else "capacity failure"
                 for zone in zones:
+                    self.on_failure(launch.node_type, zone, str(error))
                     wait = self.capacity.failed(launch.node_type, zone, now, what)
                     self.log(
                         f"{launch.node_type}: {what} in {zone or 'its zone'}{made}; "

@@ -1,0 +1,155 @@
+"""What the daemon tells beyond its log: the timeline's records (timeline.py), from the
+facts it learns in a tick. The daemon calls one method per fact; this module turns them
+into records, and never raises into the tick.
+
+`sample_of` is pure: the cluster as one tick saw it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from launcher.autoscaler.decide.demand import Demand
+from launcher.autoscaler.timeline import (
+    Decision,
+    Event,
+    Failure,
+    Reclaim,
+    ReclaimHow,
+    Sample,
+    TimelineWriter,
+    TypeCount,
+)
+from launcher.providers.base import Node, NodeKind, NodeState, NodeStatus
+
+
+def pending_resources(demand: Demand) -> dict[str, float]:
+    """Resources Ray waits for: pending requests and placement groups' bundles, summed."""
+    out: dict[str, float] = {}
+    for request, count in demand.pending:
+        for name, amount in request.items():
+            out[name] = out.get(name, 0.0) + float(amount) * count
+    for gang in demand.gangs:
+        for bundle in gang.bundles:
+            for name, amount in bundle.items():
+                out[name] = out.get(name, 0.0) + float(amount)
+    return out
+
+
+def serving(node: Node) -> bool:
+    return node.status is NodeStatus.UP_TO_DATE and node.state in (
+        NodeState.RUNNING,
+        NodeState.PENDING,
+    )
+
+
+def sample_of(
+    t: float,
+    nodes: Sequence[Node],
+    pending: Sequence[tuple[str, int]],
+    demand: Demand,
+    infeasible: int,
+    prices: Mapping[str, float | None],
+    spot: Mapping[str, bool],
+) -> Sample:
+    """The cluster at wall-clock time `t`: `nodes` as listed (and launched, not listed yet)
+    by type, running (set up, Ray started) or launching (the rest, and `pending`: (type,
+    count) of launches under way); taken-back and dead nodes are not counted. The cost is
+    their prices' sum, None when one is not known."""
+    running: dict[str, int] = {}
+    launching: dict[str, int] = {}
+    cost: float | None = 0.0
+    counted: list[str] = []
+    for node in nodes:
+        if node.state in (NodeState.PREEMPTED, NodeState.DEAD, NodeState.STOPPED):
+            continue
+        into = running if serving(node) else launching
+        into[node.node_type] = into.get(node.node_type, 0) + 1
+        counted.append(node.node_type)
+    for node_type, count in pending:
+        launching[node_type] = launching.get(node_type, 0) + count
+        counted += [node_type] * count
+    for name in counted:
+        price = prices.get(name)
+        cost = None if cost is None or price is None else cost + price
+    types = sorted(set(running) | set(launching))
+    counts = {
+        n: TypeCount(running.get(n, 0), launching.get(n, 0), spot.get(n, False)) for n in types
+    }
+    return Sample(
+        t, counts, pending_resources(demand), infeasible, None if cost is None else round(cost, 6)
+    )
+
+
+@dataclass
+class Telemetry:
+    """Records the daemon's facts in the timeline. Reclaims wait for the end of the tick
+    that learned them (`acted`), to say what that tick launched in their place."""
+
+    timeline: TimelineWriter
+    wall_clock: Callable[[], float]
+    fallbacks: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    _reclaims: list[Reclaim] = field(default_factory=list)
+    _listed: dict[str, str] = field(default_factory=dict)  # worker id -> type, last listing
+    _known: set[str] = field(default_factory=set)  # reclaimed or terminated by us
+
+    def decision(
+        self, action: str, reason: str, node_type: str | None = None, count: int | None = None
+    ) -> None:
+        self._write(Decision(self.wall_clock(), action, reason, node_type, count or None))
+
+    def failure(self, node_type: str, zone: str | None, reason: str) -> None:
+        self._write(Failure(self.wall_clock(), node_type, reason, zone or None))
+
+    def reclaim(self, node: Node, how: ReclaimHow) -> None:
+        """`node` taken back (or noticed to be): recorded at the end of this tick."""
+        self._known.add(node.id)
+        self._reclaims.append(Reclaim(self.wall_clock(), node.id, node.node_type, how))
+
+    def terminating(self, node_ids: Iterable[str]) -> None:
+        """Workers the autoscaler itself stops: their leaving the listing is no reclaim."""
+        self._known.update(node_ids)
+
+    def listed(self, nodes: Sequence[Node]) -> None:
+        """A fresh listing: workers listed last time and gone from it, that nobody here
+        stopped or already reported, were taken away ("gone")."""
+        now = {n.id: n.node_type for n in nodes if n.kind is NodeKind.WORKER}
+        for node_id, node_type in self._listed.items():
+            if node_id not in now and node_id not in self._known:
+                self._reclaims.append(Reclaim(self.wall_clock(), node_id, node_type, "gone"))
+        self._known &= set(now)
+        self._listed = now
+
+    def acted(self, launches: Sequence[tuple[str, int, str | None]], sample: Sample) -> None:
+        """The end of a tick: its reclaims (with what it launched in their place), and its
+        sample when due."""
+        reclaims, self._reclaims = self._reclaims, []
+        done = [
+            Reclaim(r.t, r.node_id, r.node_type, r.how, self._replacement(r.node_type, launches))
+            for r in reclaims
+        ]
+        self._write(*done)
+        try:
+            self.timeline.sample(sample)
+        except Exception as exc:  # a bug here must not fail the tick
+            self.timeline.log(f"could not write the timeline's sample: {exc}")
+
+    def _replacement(
+        self, node_type: str, launches: Sequence[tuple[str, int, str | None]]
+    ) -> str | None:
+        """The type launched in place of a `node_type` node: a stand-in for it, else the
+        same type, else one of its fallbacks; None when none was launched."""
+        for name, _, stands_in_for in launches:
+            if stands_in_for == node_type:
+                return name
+        names = [name for name, _, _ in launches]
+        if node_type in names:
+            return node_type
+        return next((n for n in self.fallbacks.get(node_type, ()) if n in names), None)
+
+    def _write(self, *events: Event) -> None:
+        try:
+            self.timeline.append(*events)
+        except Exception as exc:  # a bug here must not fail the tick
+            self.timeline.log(f"could not write the timeline: {exc}")

@@ -22,6 +22,7 @@ from launcher.cli.cluster_commands import (
 from launcher.cluster.chaos import Kill, KillResult, check_flags, kill_node, pick
 from launcher.cluster.dashboard import RAY_DASHBOARD_PORT, forwarded_dashboard
 from launcher.cluster.head import connect
+from launcher.errors import LauncherError, UsageError
 from launcher.providers.base import Node, NodeKind
 from launcher.providers.factory import make_provider
 
@@ -114,14 +115,16 @@ def _done(result: KillResult, source: str) -> str:
 
 
 @cli.command()
-@config_argument
+@click.argument(
+    "cluster_config_file", metavar="[CLUSTER.yaml]", type=click.Path(dir_okay=False), required=False
+)
 @click.option(
     "-p",
     "--port",
-    type=click.IntRange(1, 65535),
-    default=RAY_DASHBOARD_PORT,
-    show_default=True,
-    help="The port on this machine (127.0.0.1) to reach the dashboard at.",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="The port on this machine to reach the dashboard at [default: "
+    f"{RAY_DASHBOARD_PORT} for Ray's; any free port for the launcher's page].",
 )
 @click.option(
     "--remote-port",
@@ -130,21 +133,50 @@ def _done(result: KillResult, source: str) -> str:
     help="The dashboard's port on the head [default: as the head's `ray start` gives it, "
     f"else {RAY_DASHBOARD_PORT}].",
 )
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The launcher's page only: the address to listen on. Anyone who can reach it "
+    "and has the URL's token sees every cluster.",
+)
+@click.option("--no-browser", is_flag=True, help="The launcher's page only: do not open a browser.")
+@click.option(
+    "--interval",
+    type=FiniteFloatRange(min=0.2),
+    default=3.0,
+    show_default=True,
+    help="The launcher's page only: seconds between polls of each running cluster.",
+)
 @name_option
 @cache_option
 @click.pass_obj
 def dashboard(
     settings: Settings,
-    cluster_config_file: str,
-    port: int,
+    cluster_config_file: str | None,
+    port: int | None,
     remote_port: int | None,
+    host: str,
+    no_browser: bool,
+    interval: float,
     cluster_name: str | None,
     no_config_cache: bool,
 ) -> None:
-    """Forward Ray's dashboard from the head to this machine until Ctrl-C, and print its
-    local URL once it answers."""
+    """With CLUSTER.yaml (as `ray dashboard`): forward Ray's dashboard from the head to this
+    machine until Ctrl-C, and print its local URL once it answers. Without: serve the
+    launcher's page of every cluster launched from here (nodes, a plot of nodes against
+    demand, decisions, reclaims, cost, runs) until Ctrl-C, and print its URL with its
+    token."""
+    if cluster_config_file is None:
+        if cluster_name is not None or remote_port is not None:
+            raise UsageError(
+                "-n and --remote-port need CLUSTER.yaml (they are for Ray's dashboard)"
+            )
+        _serve_page(settings, host, port or 0, not no_browser, interval)
+        return
     session = connect(cli_config(cluster_config_file, cluster_name))
-    with forwarded_dashboard(session, port, remote_port) as (url, head_port):
+    local = RAY_DASHBOARD_PORT if port is None else port
+    with forwarded_dashboard(session, local, remote_port) as (url, head_port):
         settings.output.line(
             f"Ray dashboard of cluster {session.config.cluster_name}: {url} (the head's port "
             f"{head_port}); press Ctrl-C to stop forwarding."
@@ -152,3 +184,29 @@ def dashboard(
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
     settings.output.line("Stopped forwarding the dashboard.")
+
+
+def _serve_page(settings: Settings, host: str, port: int, browser: bool, interval: float) -> None:
+    try:
+        from launcher.web.collector import Collector
+        from launcher.web.server import new_token, serve
+    except ImportError as exc:
+        raise LauncherError(
+            f"the dashboard page needs aiohttp ({exc}): pip install 'launcher-ray[web]'"
+        ) from None
+
+    def ready(url: str) -> None:
+        settings.output.line(f"The launcher's page: {url}  (press Ctrl-C to stop)")
+        if browser:
+            import webbrowser
+
+            with contextlib.suppress(Exception):
+                webbrowser.open(url)
+
+    try:
+        serve(Collector(interval=interval), host=host, port=port, token=new_token(), ready=ready)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}); pick another --port"
+        ) from None
+    settings.output.line("Stopped serving the page.")

@@ -1,5 +1,5 @@
 """`--env` and metadata.launcher.env on a real localhost cluster: the values reach the
-driver (exec, submit, a recovering run's) and Ray's tasks on a worker the head's autoscaler
+driver (exec, exec in tmux, submit, a recovering run's), an attached shell, and Ray's tasks on a worker the head's autoscaler
 started, while no file the launcher, Ray or `cluster-dump` writes, and no command line seen
 while the commands ran, holds them; only each node's documented secrets file does."""
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from launcher.paths import cluster_dir
-from tests.cluster_helpers import kill_cluster, run, status, temp_dir_of
+from tests.cluster_helpers import kill_cluster, on_terminal, run, status, temp_dir_of, wait_for
 
 pytest.importorskip("ray", reason="needs Ray (the ray extra)")
 
@@ -144,6 +144,8 @@ def test_values_reach_driver_and_ray_but_no_log_record_dump_or_command_line(
         assert sent.returncode == 0, sent.stdout + sent.stderr
         assert f"driver {want[0]}" in sent.stdout and f"worker {want[0]}" in sent.stdout
 
+        _in_tmux_and_attached(path, env, exec_env, given, want, tmp_path)
+
         # A recovering run's driver (started detached on the head, followed from here).
         ran = run(
             "submit", "--recover", "--env", "PLANTED", str(path), str(job), "PLANTED", env=env
@@ -185,6 +187,42 @@ def test_values_reach_driver_and_ray_but_no_log_record_dump_or_command_line(
         leaked = [m.name for m in members if _holds(archive, m, values)]
     assert any("/raylet" in m.name for m in members), [m.name for m in members][:20]
     assert not leaked, leaked
+
+
+def _in_tmux_and_attached(
+    path: Path,
+    env: dict[str, str],
+    exec_env: dict[str, str],
+    given: str,
+    want: list[str],
+    tmp_path: Path,
+) -> None:
+    """exec --tmux --env, and attach, on the secret cluster: what the command and the shell
+    see (digests of the values, never the values)."""
+    # exec --tmux: the values reach the command in a detached session (tmux's server,
+    # once running, would not pass this shell's environment on).
+    tmux_env = {**exec_env, "TMUX_TMPDIR": str(tmp_path)}
+    in_tmux = "python ~/job.py PLANTED FROM_CONFIG GIVEN > ~/tmux.out 2>&1"
+    try:
+        done = run("exec", "--tmux", "--env", f"GIVEN={given}", str(path), in_tmux, env=tmux_env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        wait_for(
+            lambda: "worker" in run("exec", str(path), "cat ~/tmux.out", env=env).stdout,
+            120,
+            "the tmux session's job",
+        )
+    finally:
+        subprocess.run(["tmux", "kill-server"], env=tmux_env, capture_output=True, check=False)
+    shown = run("exec", str(path), "cat ~/tmux.out", env=env).stdout
+    assert f"driver {' '.join(want)} {_digest(given)}" in shown, shown
+
+    # attach: the shell has the node's kept variables.
+    typed = (
+        "python3 -c \"import hashlib, os; print('at-' + hashlib.sha256("
+        "os.environ['PLANTED'].encode()).hexdigest()[:16])\"; exit 3\n"
+    )
+    output, code = on_terminal(["attach", str(path)], exec_env, typed.encode())
+    assert code == 3 and f"at-{want[0]}" in output, output[-2000:]
 
 
 def _masked(line: str, values: list[str]) -> str:

@@ -197,6 +197,7 @@ def _serve_page(settings: Settings, host: str, port: int, browser: bool, interva
 
     def ready(url: str) -> None:
         settings.output.line(f"The launcher's page: {url}  (press Ctrl-C to stop)")
+        settings.output.console.file.flush()  # read at once by whoever started us
         if browser:
             import webbrowser
 

@@ -45,15 +45,21 @@ def record(name: str, nodes: int, now: float, *, state: str = ClusterState.UP) -
     )
 
 
+def _wave(i: int) -> int:
+    """Nodes of a type at sample `i`: a slow rise and fall, 5 to 25."""
+    return 5 + int(20 * abs((i % 240) - 120) / 120)
+
+
 def timeline(decisions: int, now: float, *, samples: int = 1440) -> list[str]:
     """Timeline lines over the last day: `samples` samples, `decisions` decisions, a reclaim
     every 50 decisions and a capacity failure every 200, in time order."""
-    rng = random.Random(decisions)
     start = now - 86400
     events: list[dict[str, object]] = []
     for i in range(samples):
         t = start + i * 86400 / samples
-        running = {ty: 5 + int(20 * abs((i % 240) - 120) / 120) + k for k, ty in enumerate(TYPES)}
+        running = {ty: _wave(i) + k for k, ty in enumerate(TYPES)}
+        # Demand runs ahead of the nodes: what is asked before the nodes for it arrive.
+        wanted = max(0, _wave(i + 12) - _wave(i)) * 6
         events.append(
             {
                 "kind": "sample",
@@ -62,7 +68,7 @@ def timeline(decisions: int, now: float, *, samples: int = 1440) -> list[str]:
                     ty: {"running": n, "launching": i % 3, "spot": ty.endswith("spot")}
                     for ty, n in running.items()
                 },
-                "pending": {"CPU": float(rng.randint(0, 64)), "GPU": float(rng.randint(0, 4))},
+                "pending": {"CPU": float(wanted), "GPU": float(wanted // 16)},
                 "infeasible": 0,
                 "cost_per_hour": 4.2,
             }

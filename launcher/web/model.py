@@ -201,6 +201,8 @@ def series(
     source = "timeline"
     if not samples and live is not None:
         samples, source = list(live.seen), "page"
+    # In time order (a copy that joins two heads' histories may not be).
+    samples.sort(key=lambda s: float(s.get("t", 0.0)))
     if len(samples) > max_points:
         step = len(samples) / max_points
         picked = [samples[int(i * step)] for i in range(max_points - 1)]

@@ -2,7 +2,7 @@
 // The page: polls /api/clusters every POLL_MS; when the collector's generation changes,
 // the list and the open cluster's panels are fetched again (a page of each long table).
 const POLL_MS = 2000;
-const PAGE = 100;
+const PAGE = Number(new URLSearchParams(location.search).get("rows")) || 100; // rows a table shows
 const $ = (sel) => document.querySelector(sel);
 const state = { generation: -1, name: null, nodeOffset: 0, decisionOffset: 0, reclaimOffset: 0, plot: null, plotKey: "" };
 
@@ -202,9 +202,12 @@ async function poll() {
   try {
     const data = await api("clusters");
     if (data.generation !== state.generation) {
+      const began = performance.now();
       state.generation = data.generation;
       renderClusters(data);
       await loadDetail();
+      // What an update costs here (fetches and rendering), for bench/bench_web.py.
+      document.body.dataset.updateMs = (performance.now() - began).toFixed(1);
     }
     document.body.dataset.generation = String(state.generation);
   } catch (e) {

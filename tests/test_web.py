@@ -167,6 +167,29 @@ def test_a_cluster_that_does_not_answer_is_unreachable_without_holding_the_other
         collector.stop()
 
 
+def test_a_poll_that_answers_after_the_cluster_went_shows_no_nodes(home: Path) -> None:
+    _save("late", 3)
+    release = threading.Event()
+
+    def probe(record: Any) -> model.Live:
+        release.wait(30)
+        return _live(["i-000001"])  # listed before `down` took it
+
+    collector = Collector(probe=probe)
+    try:
+        collector.tick()
+        _save("late", 3, state=ClusterState.GONE)
+        release.set()
+        _wait(collector._clusters["late"].poll.done)  # type: ignore[union-attr]
+        collector.tick()
+        record, live, _ = collector.snapshot("late") or (None, None, None)
+        assert record is not None and model.shown_state(record, live) == "gone"
+        assert {n["state"] for n in model.node_rows(record, live, NOW)} == {"gone"}
+    finally:
+        release.set()
+        collector.stop()
+
+
 def _wait(done: Callable[[], bool]) -> None:
     deadline = time.monotonic() + 20
     while not done():

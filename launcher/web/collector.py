@@ -201,6 +201,9 @@ class Collector:
             sample_of(found.nodes, found.autoscaler, now),
         )
         cluster.live = dataclasses.replace(found, seen=seen[-SEEN_SAMPLES:])
+        if cluster.record.state != ClusterState.UP:
+            # Taken down while the poll was out: what it listed is no longer there.
+            cluster.live = _keep_runs(cluster.live, cluster.record)
         return True
 
 

@@ -133,6 +133,74 @@ def test_keep_appends_and_remembers_the_offset(tmp_path: Path) -> None:
     assert history.whole_lines(b'{"a":1}\n{"b"') == b'{"a":1}\n'
 
 
+def _head(tmp_path: Path) -> Any:
+    """A head whose runner runs here, its home a directory of the test's."""
+    from launcher.runners.local import LocalProcessRunner
+
+    home = tmp_path / "head"
+    (home / ".launcher" / "head").mkdir(parents=True)
+    runner = LocalProcessRunner(home, {}, tmp_path / "head.log")
+    session = type("Session", (), {"daemon_runner": runner, "env": {}})()
+    return session, home / ".launcher" / "head" / "timeline.jsonl"
+
+
+def test_fetch_copies_whole_new_lines_and_follows_a_rotation(home: Path, tmp_path: Path) -> None:
+    session, remote = _head(tmp_path)
+    lines = web_data.timeline(60, NOW, samples=5)  # 5 samples, 60 decisions, ...
+    assert history.fetch(session, "c") == 0  # nothing written yet
+    remote.write_text("\n".join(lines[:10]) + "\n" + lines[10][:7])  # a torn last line
+    history.fetch(session, "c")
+    copy = history.LocalTimeline(history.local_path("c"))
+    copy.refresh()
+    assert len(copy.events) == 10
+    with remote.open("a") as f:
+        f.write(lines[10][7:] + "\n" + "\n".join(lines[11:20]) + "\n")
+    history.fetch(session, "c")
+    copy.refresh()
+    assert len(copy.events) == 20
+    # The writer rotates: the rest of the old file, then the new one from its start.
+    with remote.open("a") as f:
+        f.write("\n".join(lines[20:25]) + "\n")
+    remote.replace(remote.with_name("timeline.1.jsonl"))
+    remote.write_text("\n".join(lines[25:27]) + "\n")
+    history.fetch(session, "c")
+    copy.refresh()
+    assert [e["t"] for e in copy.events] == [json.loads(x)["t"] for x in lines[:27]]
+    assert not list(remote.parent.glob("*.part"))  # the head's slice is removed
+
+
+def test_runs_show_their_recoveries() -> None:
+    from launcher.runs.model import Attempt, Recovery, Run, RunState
+
+    run = Run(
+        "r1",
+        "c",
+        "/c.yaml",
+        "tune.py",
+        (),
+        NOW - 600,
+        state=RunState.RUNNING,
+        attempts=(Attempt(1, "h1", NOW - 600, NOW - 300), Attempt(2, "h2", NOW - 290)),
+        recoveries=(
+            Recovery(
+                "h1", "head reclaimed", NOW - 300, "h2", "head", ("w1",), {"driver_started": 8.5}
+            ),
+        ),
+    )
+    (row,) = model.run_rows([run], NOW)
+    assert row["attempts"] == 2 and row["state"].startswith("running")
+    assert row["recoveries"] == [
+        {
+            "lost_head": "h1",
+            "why": "head reclaimed",
+            "seen_at": NOW - 300,
+            "new_head": "h2",
+            "adopted": 1,
+            "took_s": 8.5,
+        }
+    ]
+
+
 # -- the collector ---------------------------------------------------------------------------
 def test_a_cluster_that_does_not_answer_is_unreachable_without_holding_the_others(
     home: Path,
@@ -276,3 +344,24 @@ def test_a_gone_cluster_keeps_its_nodes_cost_and_no_poll(served: Any) -> None:
         assert (await _get(client, "/api/clusters/old/runs"))["runs"] == []
 
     served(body)
+
+
+# -- the command -----------------------------------------------------------------------------
+def test_ray_dashboard_flags_need_a_cluster(cli_runner: Callable[..., Any]) -> None:
+    result = cli_runner("dashboard", "--remote-port", "8265")
+    assert result.exit_code == 2 and "need CLUSTER.yaml" in result.stderr
+
+
+def test_a_port_in_use_is_one_line(
+    cli_runner: Callable[..., Any], home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    monkeypatch.setattr("launcher.web.collector.Collector.start", lambda self: None)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = cli_runner("dashboard", "--no-browser", "--port", str(port))
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr

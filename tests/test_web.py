@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from launcher.ledger.record import ClusterState
+from launcher.ledger.record import ClusterState, all_gone
 from launcher.ledger.store import update_record
 from launcher.providers.base import Node, NodeKind, NodeState
 from launcher.testing import web_data
@@ -96,6 +96,10 @@ def test_nodes_join_the_poll_with_the_record_and_keep_the_gone_ones() -> None:
     assert by_id["i-000003"]["state"] == "gone"
     assert [r["state"] == "gone" for r in rows] == sorted(r["state"] == "gone" for r in rows)
     assert len(model.filter_rows(rows, "127.0.0.3", ("address",))) == 1
+    # A stopped cluster's nodes, taken down with it, are stopped (kept), not gone.
+    stopped = all_gone(record, NOW, ClusterState.STOPPED)
+    states = {r["id"]: r["state"] for r in model.node_rows(stopped, None, NOW)}
+    assert states["i-000001"] == "stopped" and states["i-000009"] == "gone"
 
 
 def test_a_cluster_whose_poll_failed_is_unreachable_and_a_gone_one_gone() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from launcher.cluster.ops import AutoscalerState
 from launcher.ledger.record import ClusterRecord, ClusterState, NodeRecord
+from launcher.ledger.record import Run as NodeRun
 from launcher.ledger.report import list_row
 from launcher.providers.base import Node
 from launcher.runs.listing import state_of
@@ -113,7 +114,7 @@ def node_rows(record: ClusterRecord, live: Live | None, now: float) -> list[dict
                 "node_type": kept.node_type,
                 "machine": kept.machine,
                 "spot": kept.spot,
-                "state": "running (as recorded)" if running else "gone",
+                "state": "running (as recorded)" if running else _ended(record, last),
                 "status": "",
                 "address": "",
                 "zone": "",
@@ -130,9 +131,22 @@ def node_rows(record: ClusterRecord, live: Live | None, now: float) -> list[dict
     return rows
 
 
+STOPPED_SLACK_S = 600.0  # a node that ended this close to the cluster's stop was stopped
+
+
+def _ended(record: ClusterRecord, last: NodeRun | None) -> str:
+    """How a node that no longer runs ended: stopped with its cluster (kept, `up` starts it
+    again), else gone."""
+    kept = record.state in (ClusterState.STOPPED, ClusterState.AUTOSTOPPED)
+    if kept and last is not None and last.end >= record.state_since - STOPPED_SLACK_S:
+        return "stopped"
+    return "gone"
+
+
 def _node_order(row: Mapping[str, Any]) -> tuple[bool, bool, float, str]:
     """Running nodes first (the head leading), then the gone, the last to end first."""
-    return (row["state"] == "gone", row["kind"] != "head", -float(row["ended_at"] or 0), row["id"])
+    ended = row["state"] in ("gone", "stopped")
+    return (ended, row["kind"] != "head", -float(row["ended_at"] or 0), row["id"])
 
 
 def _price(node: NodeRecord | None) -> float | None:

@@ -354,6 +354,8 @@ def test_a_gone_cluster_keeps_its_nodes_cost_and_no_poll(served: Any) -> None:
 def test_ray_dashboard_flags_need_a_cluster(cli_runner: Callable[..., Any]) -> None:
     result = cli_runner("dashboard", "--remote-port", "8265")
     assert result.exit_code == 2 and "need CLUSTER.yaml" in result.stderr
+    result = cli_runner("dashboard", "cluster.yaml", "-p", "0")
+    assert result.exit_code == 2 and "-p 0" in result.stderr
 
 
 def test_a_port_in_use_is_one_line(

@@ -174,6 +174,8 @@ def dashboard(
             )
         _serve_page(settings, host, port or 0, not no_browser, interval)
         return
+    if port == 0:
+        raise UsageError("-p 0 (any free port) is for the launcher's page; give Ray's a port")
     session = connect(cli_config(cluster_config_file, cluster_name))
     local = RAY_DASHBOARD_PORT if port is None else port
     with forwarded_dashboard(session, local, remote_port) as (url, head_port):

@@ -42,7 +42,9 @@ from launcher.autoscaler.decide.node_states import NodeLife, NodeStates, Transit
 from launcher.autoscaler.decide.plan_types import Decision
 from launcher.autoscaler.decide.planner import Plan
 from launcher.autoscaler.decide.view import planner_settings, price_changes
-from launcher.autoscaler.observe.gcs import GcsDemandReader
+from launcher.autoscaler.endpoint import MetricsEndpoint
+from launcher.autoscaler.metrics import LOOP_EXCEPTIONS, AutoscalerMetrics
+from launcher.autoscaler.observe.gcs import GcsDemandReader, split_address
 from launcher.autoscaler.observe.head_files import open_sessions, read_autostop
 from launcher.autoscaler.observe.listing import NodeListing
 from launcher.autoscaler.spec import (
@@ -53,7 +55,7 @@ from launcher.autoscaler.spec import (
     TIMELINE_FILE,
     AutoscalerSpec,
 )
-from launcher.autoscaler.telemetry import Telemetry, sample_of
+from launcher.autoscaler.telemetry import Telemetry, gauges_of, sample_of
 from launcher.autoscaler.timeline import TimelineWriter
 from launcher.config.model import Autostop, ClusterConfig
 from launcher.errors import LauncherError
@@ -116,8 +118,25 @@ class Daemon:
         self.time = Clock(now=clock, wall=wall_clock)
         self.config_text = config_text  # the cluster's YAML, kept in its record
         self.listing = NodeListing(provider.nodes, clock=clock)
+        self.declared = {
+            name: {k: float(v) for k, v in t.resources.items()}
+            for name, t in config.node_types.items()
+        }
+        self.metrics = AutoscalerMetrics(
+            config.node_types, (r for d in self.declared.values() for r in d)
+        )
+        self.endpoint = (
+            MetricsEndpoint(self.metrics.registry, config.metrics_port, log, clock)
+            if config.metrics_port
+            else None
+        )
+        self.planner_s = 0.0  # the planner's time in this tick
         self.telemetry = Telemetry(
-            TimelineWriter(Path(TIMELINE_FILE).expanduser(), log), wall_clock, config.fallbacks
+            TimelineWriter(Path(TIMELINE_FILE).expanduser(), log),
+            self.metrics,
+            wall_clock,
+            clock,
+            config.fallbacks,
         )
         self.executor = Executor(
             provider,
@@ -127,6 +146,7 @@ class Daemon:
             wall_clock=wall_clock,
             on_done=self._launch_done,
             on_failure=self.telemetry.failure,
+            on_launched=self.telemetry.launched,
         )
         self.setups = Setups(
             provider,
@@ -138,6 +158,7 @@ class Daemon:
             self._on_event,
             self.listing.invalidate,
             MAX_PARALLEL_SETUPS,
+            on_finished=self.telemetry.setup_finished,
         )
         self.ray_nodes: frozenset[tuple[str, bool]] = frozenset()
         # The prices `up` handed over, then kept current on the head (see HeadPrices).
@@ -185,6 +206,8 @@ class Daemon:
             self.provider.settle()  # what it launched can be listed by whoever stopped it
             if self.reader is not None:
                 self.reader.close()
+            if self.endpoint is not None:
+                self.endpoint.close()
         log("autoscaler stopped")
 
     def _reprice(self, table: PriceTable) -> None:
@@ -202,10 +225,12 @@ class Daemon:
         """One tick. Whatever goes wrong in it is logged and counted, and the daemon goes
         on to the next round: a bug met in one state of the cluster must not leave the
         cluster without its autoscaler."""
+        started, self.planner_s = time.perf_counter(), 0.0
         try:
             self.tick()
         except Exception as exc:
             self.loop_exceptions += 1
+            self.metrics.count(LOOP_EXCEPTIONS)
             error = f"{type(exc).__name__}: {exc}"
             self.last_loop_exception = {"time": self.wall_clock(), "error": error}
             if isinstance(exc, LauncherError):
@@ -221,6 +246,9 @@ class Daemon:
                 self._save_state(self.state)
             except OSError as problem:
                 log(f"could not write the autoscaler's state: {problem}")
+        finally:
+            self.metrics.observe(self.metrics.update_time, time.perf_counter() - started)
+            self.metrics.observe(self.metrics.planner_time, self.planner_s)
 
     def tick(self) -> None:
         fresh = self.prices.poll()
@@ -284,7 +312,11 @@ class Daemon:
             resync,
             self.wall_clock(),
         )
-        return choose(self.config, self.settings, facts)
+        started = time.perf_counter()
+        try:
+            return choose(self.config, self.settings, facts)
+        finally:
+            self.planner_s += time.perf_counter() - started
 
     def _note(self, listed: list[Node], demand: Demand) -> list[Node]:
         """The nodes to decide on (`listed`, launched nodes not listed yet, with the notices
@@ -336,6 +368,7 @@ class Daemon:
             self._evacuate(evacuation)
         for decision in choice.decisions:
             self._decided(str(decision), decision.action, decision)
+        self.telemetry.planned(choice.decisions)
         result = choice.result
         terminate = choice.terminate
         if terminate:
@@ -348,6 +381,7 @@ class Daemon:
                 # next tick; meanwhile the rest of the tick (launches) goes on.
                 log(f"error: {exc}")
             else:
+                self.telemetry.stopped(len(terminate))
                 if self.provider.traits.terminating_frees_capacity:
                     gone = set(terminate)
                     self.executor.capacity.freed({n.zone for n in choice.nodes if n.id in gone})
@@ -377,7 +411,8 @@ class Daemon:
             prices,
             self.spot,
         )
-        self.telemetry.acted(choice.result.launches(), sample)
+        gauges = gauges_of(sample, choice.nodes, demand, self.declared, self.setups.running())
+        self.telemetry.acted(choice.result.launches(), sample, gauges)
 
     def _evacuate(self, evacuation: Evacuation) -> None:
         """Stop the Ray of a noticed worker (act/evacuate), once."""
@@ -419,8 +454,12 @@ class Daemon:
             if self.reader is not None:
                 self.reader.close()
             self.reader = GcsDemandReader(address, log)
+        if self.endpoint is not None:  # at the head's address as Ray knows it
+            self.reader.metrics_address = self.endpoint.serve_on(split_address(address)[0])
         demand = self.reader.read(self._stale_notices())
         self.gcs_read = demand is not None
+        if demand is not None and demand.session:
+            self.metrics.set_session(demand.session)
         return demand or Demand()
 
     def _stale_notices(self) -> list[str]:
@@ -442,15 +481,16 @@ class Daemon:
         if text in self.seen_before:
             return
         log(text)
-        if action in RECORDED:
+        recorded = action in RECORDED
+        if recorded:
             now = self.wall_clock()
             self.recent.append({"time": now, "action": action.value, "text": text})
             self.recent = self.recent[-50:]
-            if decision is None:
-                self.telemetry.decision(action.value, text)
-            else:
-                why, count = decision.reason, decision.count
-                self.telemetry.decision(action.value, why, decision.node_type, count)
+        if decision is None:
+            self.telemetry.decision(action.value, text, recorded=recorded)
+        else:
+            why, count = decision.reason, decision.count
+            self.telemetry.decision(action.value, why, decision.node_type, count, recorded=recorded)
 
     def _write_state(self, demand: Demand, result: Plan, unavailable: Mapping[str, str]) -> None:
         self.seen_before, self.seen_now = self.seen_now, set()

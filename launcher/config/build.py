@@ -9,6 +9,7 @@ from typing import Any
 from launcher.config.checks import as_count, effective_max_workers
 from launcher.config.frozen import freeze
 from launcher.config.model import (
+    DEFAULT_METRICS_PORT,
     AuthConfig,
     Autostop,
     ClusterConfig,
@@ -70,6 +71,7 @@ def build_config(
         command_timeout_s=_own_number(merged, "command_timeout_s"),
         silence_warning_s=_own_number(merged, "silence_warning_s") or 300.0,
         ray_start_timeout_s=_own_number(merged, "ray_start_timeout_s") or 300.0,
+        metrics_port=int(_own(merged).get("metrics_port", DEFAULT_METRICS_PORT)),
         no_restart=bool(merged.get("no_restart", False)),
         source=source,
         warnings=tuple(warnings),

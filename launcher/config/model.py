@@ -10,6 +10,10 @@ from typing import Any
 from launcher.config.frozen import thaw
 from launcher.config.problems import Problem
 
+# Ray's AUTOSCALER_METRIC_PORT (ray/autoscaler/_private/constants.py): where Ray's metrics
+# discovery expects the autoscaler's metrics by default.
+DEFAULT_METRICS_PORT = 44217
+
 
 class ResourceSource(StrEnum):
     """Where a node type's resources come from."""
@@ -171,6 +175,9 @@ class ClusterConfig:
     command_timeout_s: float | None = None
     silence_warning_s: float = 300.0
     ray_start_timeout_s: float = 300.0
+    # metadata.launcher.metrics_port: the autoscaler's Prometheus endpoint (0: none); Ray's
+    # AUTOSCALER_METRIC_PORT by default.
+    metrics_port: int = DEFAULT_METRICS_PORT
     no_restart: bool = False
     source: str | None = None
     warnings: tuple[Problem, ...] = ()

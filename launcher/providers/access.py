@@ -75,11 +75,12 @@ class NodeAccess:
     def ray_start_env(self, node: Node) -> dict[str, str]:
         """Environment for `node`'s start-ray commands only, beyond `node_env`: the node
         type's declared resources and labels, which Ray then advertises instead of what it
-        detects (so `resources: {CPU: 0}` keeps tasks off a head, on any machine size)."""
+        detects (so `resources: {CPU: 0}` keeps tasks off a head, on any machine size); on
+        the head, Ray's monitor's metrics turned off where the autoscaler serves its own."""
+        env = ray_monitor_env(self.config) if node.kind is NodeKind.HEAD else {}
         node_type = self.config.node_types.get(node.node_type)
         if not self.overrides_ray_resources or node_type is None:
-            return {}
-        env = {}
+            return env
         resources = self.ray_resources(node_type)
         if resources:
             env["RAY_OVERRIDE_RESOURCES"] = json.dumps(resources, sort_keys=True)
@@ -146,3 +147,19 @@ class NodeAccess:
 
 class NoAccess(NodeAccess):
     """Nodes that run nothing (the base default): every command is refused by name."""
+
+
+# Ray's monitor on the head (`ray start --head` runs it; it does no scaling for us) serves
+# autoscaler metrics of its own, each node as its own `node_<id>` type, at its
+# AUTOSCALER_METRIC_PORT on all interfaces, and writes that address where Ray's metrics
+# discovery reads it (`AutoscalerMetricsAddress` in the GCS). Given a port outside 0-65535,
+# its metrics server fails to start, which it logs and goes on without (Ray 2.60,
+# autoscaler/_private/monitor.py and v2/monitor.py catch it); our autoscaler serves the
+# metrics and writes its own address there (autoscaler/observe/ray_state.py).
+RAY_MONITOR_METRICS_OFF = {"AUTOSCALER_METRIC_PORT": "65536"}
+
+
+def ray_monitor_env(config: ClusterConfig) -> dict[str, str]:
+    """The head's `ray start` environment for Ray's monitor: its metrics off while the
+    autoscaler serves ours (`metadata.launcher.metrics_port` is not 0)."""
+    return dict(RAY_MONITOR_METRICS_OFF) if config.metrics_port else {}

@@ -63,6 +63,8 @@ class Executor:
     on_done: Callable[[], None] = lambda: None  # a launch finished (wake the daemon's loop)
     # A capacity failure, per zone: (type, zone or None, the provider's error).
     on_failure: Callable[[str, str | None, str], None] = lambda node_type, zone, why: None
+    # Every launch collected: (type, nodes asked, nodes made, seconds it took, failed).
+    on_launched: Callable[[str, int, int, float, bool], None] = lambda *outcome: None
 
     def __post_init__(self) -> None:
         self._pool = ThreadPoolExecutor(MAX_CONCURRENT_BATCHES, thread_name_prefix="launch")
@@ -126,6 +128,9 @@ class Executor:
         created: list[Node] = []
         for outcome in done:
             launch = outcome.launch
+            took = max(0.0, self.wall_clock() - launch.started)
+            failed = outcome.error is not None
+            self.on_launched(launch.node_type, launch.count, len(outcome.nodes), took, failed)
             for node in outcome.nodes:
                 self._unlisted[node.id] = (node, now + LISTING_GRACE_S)
             created += outcome.nodes

@@ -30,6 +30,7 @@ class Setups:
         on_event: Callable[[Event], None],
         changed: Callable[[], None],
         limit: int,
+        on_finished: Callable[[Node, bool, float], None] | None = None,
     ) -> None:
         self.provider = provider
         self.config = config
@@ -40,6 +41,8 @@ class Setups:
         self.on_event = on_event
         self.changed = changed  # a node's status tag changed: list again
         self.limit = limit
+        # A setup ended: (node, whether it succeeded, seconds it took).
+        self.on_finished = on_finished or (lambda node, ok, seconds: None)
         self.lock = threading.Lock()
         self.updating: dict[str, threading.Thread] = {}
 
@@ -73,9 +76,11 @@ class Setups:
     def _update(self, node: Node, head: Node) -> None:
         self.log(f"setting up {node.id} ({node.node_type}, {node.ip})")
         updater = self._updater(node, head)
+        started = self.clock()
         try:
             updater.run()
         except LauncherError as exc:
+            self.on_finished(node, False, self.clock() - started)
             self.log(f"{node.id}: {exc}")
             what_next = self.backoff.failed(node.node_type, self.clock())
             if what_next:
@@ -83,6 +88,7 @@ class Setups:
             return
         finally:
             self.changed()  # its status tag changed
+        self.on_finished(node, True, self.clock() - started)
         self.backoff.succeeded(node.node_type)
 
     def _sync(self, node: Node, head: Node) -> None:

@@ -39,6 +39,7 @@ class Demand:
     actors: int = 0
     # Reclaim notices nodes reported themselves (notice_watch): (node id, reclaim time).
     notices: tuple[tuple[str, float], ...] = ()
+    session: str = ""  # the Ray session's name (Ray's metrics label them with it)
 
     @property
     def empty(self) -> bool:
@@ -61,6 +62,7 @@ def encode(demand: Demand) -> dict[str, Any]:
         "jobs": list(demand.jobs),
         "actors": demand.actors,
         "notices": [list(n) for n in demand.notices],
+        "session": demand.session,
     }
 
 
@@ -76,18 +78,36 @@ def decode(data: Mapping[str, Any]) -> Demand:
         tuple(str(j) for j in data.get("jobs", ())),
         int(data.get("actors", 0)),
         tuple((str(ip), float(at)) for ip, at in data.get("notices", ())),
+        str(data.get("session", "")),
     )
 
 
-def request_line(forget: Sequence[str] = ()) -> str:
-    """A request: `read`, or `read` with the node ids whose notices to delete first."""
+def request_line(forget: Sequence[str] = (), metrics_address: str | None = None) -> str:
+    """A request: `read`, or `read` with the node ids whose notices to delete first (a
+    list), and with the address where the autoscaler serves its metrics, for Ray's metrics
+    discovery to name (an object: {"forget": [...], "metrics_address": "ip:port"})."""
+    if metrics_address:
+        args = {"forget": list(forget), "metrics_address": metrics_address}
+        return f"read {json.dumps(args)}\n"
     return f"read {json.dumps(list(forget))}\n" if forget else "read\n"
 
 
-def _forget_of(request: str) -> list[str]:
+def _args_of(request: str) -> object:
     _, _, rest = request.strip().partition(" ")
     try:
-        ids = json.loads(rest) if rest else []
+        return json.loads(rest) if rest else []
     except ValueError:
         return []
+
+
+def _forget_of(request: str) -> list[str]:
+    ids = _args_of(request)
+    if isinstance(ids, dict):
+        ids = ids.get("forget", [])
     return [str(i) for i in ids] if isinstance(ids, list) else []
+
+
+def _metrics_address_of(request: str) -> str | None:
+    args = _args_of(request)
+    address = args.get("metrics_address") if isinstance(args, dict) else None
+    return str(address) if address else None

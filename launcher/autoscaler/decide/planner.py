@@ -349,6 +349,7 @@ def plan(snapshot: Snapshot, settings: Settings, *, record: bool = False) -> Pla
                     f"{type_name}: {state.unavailable[type_name]}, falling back to {fallback}",
                     fallback,
                     launch[fallback],
+                    stands_in_for=type_name,
                 ),
             )
     return Plan(

@@ -85,10 +85,12 @@ class _Child:
         line, _, self.pending = self.pending.partition(b"\n")
         return line.decode(errors="replace")
 
-    def ask(self, timeout_s: float, forget: Sequence[str] = ()) -> str:
+    def ask(
+        self, timeout_s: float, forget: Sequence[str] = (), metrics_address: str | None = None
+    ) -> str:
         assert self.process.stdin is not None
         try:
-            self.process.stdin.write(request_line(forget).encode())
+            self.process.stdin.write(request_line(forget, metrics_address).encode())
             self.process.stdin.flush()
         except OSError as exc:
             raise EOFError(self._ended()) from exc
@@ -126,6 +128,8 @@ class GcsDemandReader:
         self.outage: str | None = None  # why demand cannot be read, while that lasts
         self.failures = 0  # reads that timed out or died in a row
         self.retry_at = 0.0
+        # Where the autoscaler serves its metrics: each read keeps Ray's discovery naming it.
+        self.metrics_address: str | None = None
 
     def read(self, forget_notices: Sequence[str] = ()) -> Demand | None:
         """Ray's demand now, or None when it cannot be read (never blocks longer than the
@@ -143,7 +147,8 @@ class GcsDemandReader:
                 self.child = _Child(self.address)
                 if self.child.line(self.start_timeout_s) != READY_LINE:
                     raise EOFError("the reading process did not start")
-            reply = json.loads(self.child.ask(self.read_timeout_s, forget_notices))
+            asked = self.child.ask(self.read_timeout_s, forget_notices, self.metrics_address)
+            reply = json.loads(asked)
         except (TimeoutError, EOFError, ValueError) as exc:
             self._stop_child()
             self.failures += 1

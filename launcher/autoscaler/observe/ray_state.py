@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
@@ -27,12 +28,19 @@ from launcher.autoscaler.decide.demand import (
     Demand,
     RayNode,
     _forget_of,
+    _metrics_address_of,
     encode,
 )
 from launcher.autoscaler.decide.planner import Gang, Resources
 from launcher.autoscaler.observe.notice_keys import NOTICE_NAMESPACE, NOTICE_PREFIX
 
 _V1_REQUEST_KEY = b"autoscaler_resource_request"
+# Where Ray's metrics discovery (ray/_private/metrics_agent.py, PrometheusServiceDiscoveryWriter)
+# reads the autoscaler's metrics address from, every 5 s; Ray's monitor writes it once when it
+# starts. In the default namespace.
+_METRICS_ADDRESS_KEY = b"AutoscalerMetricsAddress"
+_SESSION_KEY, _SESSION_NAMESPACE = b"session_name", b"session"
+PUBLISH_EVERY_S = 5.0  # how often the address is checked (Ray's discovery's period)
 _INTERNAL_NAMESPACE = "_ray_internal"  # Ray's own drivers and actors (the dashboard's, ...)
 _STRATEGIES = ("STRICT_SPREAD", "STRICT_PACK", "SPREAD", "PACK")
 
@@ -60,6 +68,26 @@ class DemandReader:
         from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
         self.client: Any = GcsClient(address=gcs_address)
+        self.session = ""
+        self.published_at = -PUBLISH_EVERY_S
+
+    def publish_metrics_address(self, address: str | None) -> None:
+        """Make Ray's metrics discovery name `address` as the autoscaler's (over what Ray's
+        monitor wrote when it started), checked at most every PUBLISH_EVERY_S."""
+        now = time.monotonic()
+        if not address or now - self.published_at < PUBLISH_EVERY_S:
+            return
+        with contextlib.suppress(Exception):  # tried again at a later read
+            if self.client.internal_kv_get(_METRICS_ADDRESS_KEY, None) != address.encode():
+                self.client.internal_kv_put(_METRICS_ADDRESS_KEY, address.encode(), True, None)
+            self.published_at = now
+
+    def _session(self) -> str:
+        if not self.session:
+            with contextlib.suppress(Exception):  # read again at the next read
+                raw = self.client.internal_kv_get(_SESSION_KEY, _SESSION_NAMESPACE)
+                self.session = raw.decode() if raw else ""
+        return self.session
 
     def read(self) -> Demand:
         from ray.autoscaler.v2.sdk import get_cluster_resource_state
@@ -97,7 +125,14 @@ class DemandReader:
             for n in state.node_states
         )
         return Demand(
-            pending, gangs, tuple(constraints), nodes, self._jobs(), self._actors(), self._notices()
+            pending,
+            gangs,
+            tuple(constraints),
+            nodes,
+            self._jobs(),
+            self._actors(),
+            self._notices(),
+            self._session(),
         )
 
     def _actors(self) -> int:
@@ -172,6 +207,7 @@ def serve(gcs_address: str, requests: TextIO, replies: TextIO) -> None:
         try:
             reader = reader or DemandReader(gcs_address)
             reader.forget_notices(_forget_of(request))
+            reader.publish_metrics_address(_metrics_address_of(request))
             reply: dict[str, Any] = {"demand": encode(reader.read())}
         except Exception as exc:  # reported to the parent, which decides what it means
             reader = None

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import boto3
+import botocore.retries.standard
+import botocore.retryhandler
 import paramiko
 import pytest
 from botocore.exceptions import ClientError
@@ -372,7 +374,13 @@ def test_error_codes_have_awss_http_status_and_xml_for_ec2_and_iam(
     assert server.client("sts").get_caller_identity()["Account"] == "123456789012"
 
 
-def test_botocore_retries_throttling_and_capacity_errors(server: MotoServer) -> None:
+def test_botocore_retries_throttling_and_capacity_errors(
+    server: MotoServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What is checked is which calls botocore retries and how often, not how long it waits
+    # between them: its backoff (up to 1 s, then 2 s, ... in each mode) is taken to nothing.
+    monkeypatch.setattr(botocore.retries.standard.ExponentialBackoff, "delay_amount", _no_delay)
+    monkeypatch.setattr(botocore.retryhandler, "delay_exponential", _no_delay)
     standard = server.client("ec2", retries={"mode": "standard", "total_max_attempts": 3})
     throttle = server.faults.add("DescribeInstances", "RequestLimitExceeded", times=2)
     assert standard.describe_instances()["Reservations"] == []
@@ -396,6 +404,10 @@ def test_botocore_retries_throttling_and_capacity_errors(server: MotoServer) -> 
     with pytest.raises(ClientError):
         legacy.run_instances(ImageId=AMI, MinCount=1, MaxCount=1)
     assert capacity.fired == 5
+
+
+def _no_delay(*args: object, **kwargs: object) -> float:
+    return 0.0
 
 
 def test_a_lost_answer_then_a_retry_launches_once_as_client_tokens_do(

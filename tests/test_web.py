@@ -6,6 +6,7 @@ filters, a gone cluster)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from launcher.cluster.ops import AutoscalerState
 from launcher.ledger.record import ClusterState, all_gone
 from launcher.ledger.store import update_record
 from launcher.providers.base import Node, NodeKind, NodeState
@@ -245,7 +247,13 @@ def test_a_poll_that_answers_after_the_cluster_went_shows_no_nodes(home: Path) -
 
     def probe(record: Any) -> model.Live:
         release.wait(30)
-        return _live(["i-000001"])  # listed before `down` took it
+        state = AutoscalerState.parse(
+            '{"pending": [{"resources": {"CPU": 2}, "count": 1}], "placement_groups": [], '
+            '"requested": [], "infeasible": [], "decisions": []}'
+        )
+        assert state is not None
+        # Listed, and asked for, before `down` took it.
+        return dataclasses.replace(_live(["i-000001"]), autoscaler=state)
 
     collector = Collector(probe=probe)
     try:
@@ -257,6 +265,7 @@ def test_a_poll_that_answers_after_the_cluster_went_shows_no_nodes(home: Path) -
         record, live, _ = collector.snapshot("late") or (None, None, None)
         assert record is not None and model.shown_state(record, live) == "gone"
         assert {n["state"] for n in model.node_rows(record, live, NOW)} == {"gone"}
+        assert live is not None and live.autoscaler is None  # no pending demand shown
     finally:
         release.set()
         collector.stop()

@@ -220,4 +220,13 @@ def _keep_runs(live: Live | None, record: ClusterRecord) -> Live:
     """A cluster that stopped running: what the page saw of it stays, its runs read here."""
     kept = live or Live()
     runs = kept.runs or tuple(run_store.local_runs(record.name))
-    return dataclasses.replace(kept, runs=runs, error="", nodes=(), polled_at=None)
+    return dataclasses.replace(
+        kept,
+        runs=runs,
+        error="",
+        nodes=(),
+        polled_at=None,
+        autoscaler=None,  # its pending demand went with it
+        autoscaler_running=False,
+        ray_address=None,
+    )

@@ -98,6 +98,7 @@ def node_rows(record: ClusterRecord, live: Live | None, now: float) -> list[dict
                 "age_s": None if started is None else max(0.0, now - started),
                 "ended_at": None,
                 "per_hour": _price(kept),
+                "billed": kept.billed if kept else True,
                 "price_source": kept.price_source if kept else "",
                 "reclaim_at": node.reclaim_at,
             }
@@ -123,6 +124,7 @@ def node_rows(record: ClusterRecord, live: Live | None, now: float) -> list[dict
                 else max(0.0, (now if running else last.end) - last.start),
                 "ended_at": None if running or last is None else last.end,
                 "per_hour": _price(kept),
+                "billed": kept.billed if kept else True,
                 "price_source": kept.price_source,
                 "reclaim_at": None,
             }

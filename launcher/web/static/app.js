@@ -113,7 +113,7 @@ function renderPlot(s) {
   const colors = ["#3366cc", "#dc3912", "#109618", "#990099", "#0099c6", "#ff9900", "#66aa00"];
   const series = [{}];
   types.forEach((t, i) => series.push({ label: `nodes: ${t}`, stroke: colors[i % colors.length], width: 2, paths: uPlot.paths.stepped({ align: 1 }), scale: "nodes" }));
-  resources.forEach((r, i) => series.push({ label: `pending ${r}`, stroke: colors[(types.length + i) % colors.length], dash: [6, 4], scale: "pending" }));
+  resources.forEach((r, i) => series.push({ label: `pending ${r}`, stroke: colors[(types.length + i) % colors.length], dash: [6, 4], paths: uPlot.paths.stepped({ align: 1 }), scale: "pending" }));
   const opts = {
     width: Math.max(400, box.clientWidth - 4), height: 260, series,
     scales: { x: { time: true }, nodes: { range: (u, lo, hi) => [0, Math.max(1, hi + 1)] }, pending: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] } },
@@ -130,7 +130,7 @@ async function loadNodes() {
   body.textContent = "";
   for (const n of v.items) {
     const tr = row([n.id, n.node_type, n.spot === null ? "?" : n.spot ? "spot" : "on-demand", n.state + (n.reclaim_at ? " (reclaim notice)" : ""),
-      n.address || "-", age(n.age_s), n.per_hour === null ? "unknown" : money(n.per_hour)]);
+      n.address || "-", age(n.age_s), !n.billed ? "free" : n.per_hour === null ? "unknown" : money(n.per_hour)]);
     tr.dataset.state = n.state;
     body.appendChild(tr);
   }

@@ -214,8 +214,12 @@ def main() -> None:
         page = _page(base, token, args.repeats, args.screenshot)
         small, big = (statistics.median(page["load"][s]) for s in ("small", "big"))
         print(f"\npage load to data rendered (median of {args.repeats}, chromium headless):")
-        print(f"  10 nodes / 100 decisions:       {show_time(small)}")
-        print(f"  1,000 nodes / 10,000 decisions: {show_time(big)}  ({big / small:.2f}x)")
+        spans = {k: f"{show_time(min(v))}-{show_time(max(v))}" for k, v in page["load"].items()}
+        print(f"  10 nodes / 100 decisions:       {show_time(small)}  ({spans['small']})")
+        print(
+            f"  1,000 nodes / 10,000 decisions: {show_time(big)}  ({spans['big']}; "
+            f"{big / small:.2f}x)"
+        )
         print(
             f"update, 100 decisions appended: fetch + render "
             f"{statistics.median(page['update_ms']):.1f} ms (median; "

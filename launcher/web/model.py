@@ -287,11 +287,22 @@ def run_rows(runs: Sequence[Run], now: float) -> list[dict[str, Any]]:
     ]
 
 
+def event_counts(events: Sequence[Event]) -> dict[str, int]:
+    """How many decisions, reclaims and capacity failures the timeline holds."""
+    counts = {"decisions": 0, "reclaims": 0, "failures": 0}
+    names = {"decision": "decisions", "reclaim": "reclaims", "failure": "failures"}
+    for event in events:
+        name = names.get(str(event.get("kind")))
+        if name is not None:
+            counts[name] += 1
+    return counts
+
+
 def cluster_detail(
-    record: ClusterRecord, live: Live | None, events: Sequence[Event], now: float
+    record: ClusterRecord, live: Live | None, counts: Mapping[str, int], now: float
 ) -> dict[str, Any]:
     """The cluster's heading: its row in the list, with the pending demand, the
-    autoscaler, and how many decisions and reclaims there are."""
+    autoscaler, and how many decisions and reclaims there are (`event_counts`)."""
     row = cluster_row(record, live, now)
     autoscaler = live.autoscaler if live else None
     row.update(
@@ -302,9 +313,7 @@ def cluster_detail(
         launching=[{"node_type": t, "count": c} for t, c in autoscaler.launching]
         if autoscaler
         else [],
-        reclaims=sum(e.get("kind") == "reclaim" for e in events),
-        failures=sum(e.get("kind") == "failure" for e in events),
-        decisions=sum(e.get("kind") == "decision" for e in events),
         runs=len(live.runs) if live else 0,
+        **counts,
     )
     return row

@@ -102,7 +102,8 @@ async def clusters(request: web.Request) -> web.StreamResponse:
 
 async def cluster(request: web.Request) -> web.StreamResponse:
     record, live, events, generation = _cluster(request)
-    detail = model.cluster_detail(record, live, events, time.time())
+    counts = _cached(request, "counts", lambda: model.event_counts(events))
+    detail = model.cluster_detail(record, live, counts, time.time())
     return _json({"generation": generation, "cluster": detail})
 
 

@@ -1,13 +1,19 @@
 """The autoscaler on real Ray: scaling on pending demand, placement groups, request_resources,
-and idle workers leaving."""
+and idle workers leaving; its Prometheus metrics scraped as Ray's discovery lists them."""
 
 from __future__ import annotations
 
+import json
+import socket
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from launcher.autoscaler.timeline import Reclaim, read_timeline_files
+from launcher.providers.localhost.spec import ray_temp_dir, state_dir
 from tests.cluster_helpers import kill_cluster, run, start, status, wait_for
 
 CONFIG = """\
@@ -137,14 +143,57 @@ cluster_name: {name}
 max_workers: 3
 idle_timeout_minutes: 0.2
 provider: {{type: localhost}}
-metadata: {{launcher: {{fallbacks: {{spot: [ondemand]}}}}}}
+metadata: {{launcher: {{fallbacks: {{spot: [ondemand]}}, metrics_port: {port}}}}}
 available_node_types:
   head: {{node_config: {{}}, resources: {{CPU: 1}}, max_workers: 0}}
-  spot: {{node_config: {{simulated_capacity: 1}}, resources: {{CPU: 2}}, max_workers: 3,
-         priority: 1}}
+  spot: {{node_config: {{simulated_capacity: 1, simulated_spot: true}}, resources: {{CPU: 2}},
+         max_workers: 3, priority: 1}}
   ondemand: {{node_config: {{}}, resources: {{CPU: 2}}, max_workers: 3}}
 head_node_type: head
+# With Ray's dashboard, which writes Ray's Prometheus discovery file.
+head_start_ray_commands:
+  - >-
+    ray start --head --node-ip-address=$LAUNCHER_NODE_IP --port=$LAUNCHER_RAY_PORT
+    --ray-client-server-port=$LAUNCHER_CLIENT_PORT --dashboard-port=$LAUNCHER_DASHBOARD_PORT
+    --dashboard-agent-listen-port=$LAUNCHER_AGENT_PORT --dashboard-host=$LAUNCHER_NODE_IP
+    --temp-dir=$LAUNCHER_TEMP_DIR --disable-usage-stats
 """
+
+Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def _scrape(address: str) -> Series:
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=30) as reply:
+        text = reply.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _get(series: Series, name: str, **labels: str) -> float:
+    """The value of the series `name` with `labels` (and any SessionName); 0 when none."""
+    for (found, have), value in series.items():
+        if found == name and set(labels.items()) <= have:
+            return value
+    return 0.0
+
+
+def _discovered(name: str) -> list[str]:
+    """The targets Ray's Prometheus discovery file lists for cluster `name`'s session."""
+    path = Path(ray_temp_dir(name)) / "session_latest" / "prom_metrics_service_discovery.json"
+    try:
+        return [t for group in json.loads(path.read_text()) for t in group["targets"]]
+    except (OSError, ValueError):
+        return []
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:  # free on every address, so on the head's
+        probe.bind(("0.0.0.0", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def test_capacity_failure_falls_back_to_the_next_type(
@@ -152,7 +201,8 @@ def test_capacity_failure_falls_back_to_the_next_type(
 ) -> None:
     monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "home"))
     path = tmp_path / "cluster.yaml"
-    path.write_text(FALLBACK_CONFIG.format(name="afallback"))
+    port = _free_port()
+    path.write_text(FALLBACK_CONFIG.format(name="afallback", port=port))
     assert run("up", "-y", str(path)).returncode == 0
     try:
         _submit(  # demand that stays until two 2-CPU workers exist
@@ -174,6 +224,45 @@ def test_capacity_failure_falls_back_to_the_next_type(
         log = run("monitor", "--no-follow", str(path)).stdout
         assert "spot: capacity failure in localhost" in log
         assert "spot: capacity failure in localhost, falling back to ondemand" in log
+        _metrics_tell_what_the_cluster_did(path, port)
     finally:
         run("down", "-y", str(path))
         kill_cluster("afallback")
+
+
+def _metrics_tell_what_the_cluster_did(path: Path, port: int) -> None:
+    """Issue 30: the autoscaler's metrics, scraped where Ray's discovery says, count what the
+    cluster did (a capacity failure, its fallback, launches for demand, then a worker
+    reclaimed), with our node types; no other target Ray lists reports them."""
+    head = next(n for n in status(path)["nodes"] if n["kind"] == "head")
+    ours = f"{head['ip']}:{port}"
+    wait_for(lambda: ours in _discovered("afallback"), 60, f"Ray's discovery to list {ours}")
+    for target in _discovered("afallback"):  # nodes' exporters, the dashboard's, ours
+        if target != ours:
+            assert not [k for k in _scrape(target) if k[0] == "autoscaler_active_nodes"], target
+    series = _scrape(ours)
+    assert _get(series, "autoscaler_active_nodes", NodeType="spot") == 1
+    assert _get(series, "autoscaler_active_nodes", NodeType="ondemand") == 1
+    assert _get(series, "autoscaler_active_nodes", NodeType="head") == 1
+    assert not [k for k in series if k[0] == "autoscaler_active_nodes" and "node_" in str(k)]
+    assert _get(series, "autoscaler_started_nodes_total") == 2
+    assert _get(series, "autoscaler_failed_create_nodes_total") >= 1
+    assert _get(series, "launcher_capacity_failures_total", NodeType="spot", zone="localhost") >= 1
+    assert _get(series, "launcher_fallback_nodes_total", NodeType="ondemand", for_type="spot") >= 1
+    assert _get(series, "launcher_decisions_total", action="launch", reason="request_resources")
+    assert _get(series, "autoscaler_cluster_resources", resource="CPU") == 5
+    sessions = {dict(k[1]).get("SessionName") for k in series}
+    assert sessions == {(Path(ray_temp_dir("afallback")) / "session_latest").resolve().name}
+    killed = run("kill-random-node", str(path), "--hard", "-y")
+    assert killed.returncode == 0, killed.stderr
+    node_type = "spot" if "(spot)" in killed.stdout else "ondemand"
+    how = "preempted" if node_type == "spot" else "gone"  # only spot is simulated_spot
+
+    def reclaim_counted() -> bool:
+        reclaims = _scrape(ours)
+        return _get(reclaims, "launcher_reclaims_total", NodeType=node_type, how=how) == 1
+
+    wait_for(reclaim_counted, 60, f"the {node_type} worker's reclaim ({how}) to be counted")
+    home = Path(state_dir("afallback")) / "nodes" / str(head["id"]) / "home"
+    events = read_timeline_files(home / ".launcher" / "head" / "timeline.jsonl")
+    assert [(e.node_type, e.how) for e in events if isinstance(e, Reclaim)] == [(node_type, how)]

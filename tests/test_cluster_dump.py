@@ -298,6 +298,7 @@ def nodes_here(
     (head_dir / ".launcher" / "head").mkdir(parents=True)
     (head_dir / ".launcher" / "head" / "monitor.log").write_text("autoscaler for cluster x\n")
     (head_dir / ".launcher" / "head" / "autoscaler-state.json").write_text("{}")
+    (head_dir / ".launcher" / "head" / "timeline.jsonl").write_text('{"kind":"sample"}\n')
     session = Path(provider.temp_dir()) / "session_2026-01-01_00-00-00_1"
     (session / "logs" / "events").mkdir(parents=True)
     (Path(provider.temp_dir()) / "session_latest").symlink_to(session)
@@ -355,6 +356,7 @@ def test_dump_gathers_every_node_once_and_names_the_unreachable_one(
         assert files[f"setup/{node.id}.log"] == f"setting up {node.id}\n".encode()
     assert files["autoscaler/monitor.log"].startswith(b"autoscaler for cluster")
     assert files["autoscaler/autoscaler-state.json"] == b"{}"
+    assert files["autoscaler/timeline.jsonl"] == b'{"kind":"sample"}\n'
     assert files[f"ray/{head.id}/gcs_server.out"] == b"gcs started\n"
     assert files[f"ray/{head.id}/raylet.err"] == b""
     assert f"ray/{head.id}/events/event_GCS.log" in files

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from launcher.autoscaler.spec import LOG_FILE, STATE_FILE
+from launcher.autoscaler.spec import LOG_FILE, STATE_FILE, TIMELINE_FILE
 from launcher.config.model import ClusterConfig
 from launcher.errors import UsageError
 from launcher.providers.base import Node, NodeKind
@@ -96,7 +96,7 @@ class Target:
 
 
 def autoscaler_target(head: Node) -> Target:
-    paths = (shell_path(LOG_FILE), shell_path(STATE_FILE))
+    paths = (shell_path(LOG_FILE), shell_path(STATE_FILE), shell_path(TIMELINE_FILE))
     return Target("autoscaler", head.id, "autoscaler", paths, priority=0)
 
 

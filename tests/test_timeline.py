@@ -207,6 +207,7 @@ def test_a_sample_counts_nodes_by_type_launches_demand_and_cost() -> None:
         _node("s2", "spot", NodeState.RUNNING, setting_up),
         _node("s3", "spot", NodeState.PREEMPTED, running),
         _node("s4", "spot", NodeState.DEAD, running),
+        _node("s5", "spot", NodeState.RUNNING, NodeStatus.FAILED),
     ]
     demand = Demand(
         pending=(({"CPU": 2.0}, 3),), gangs=(Gang(({"CPU": 1.0}, {"CPU": 1.0, "GPU": 1.0})),)

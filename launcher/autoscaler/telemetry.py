@@ -68,14 +68,15 @@ def sample_of(
 ) -> Sample:
     """The cluster at wall-clock time `t`: `nodes` as listed (and launched, not listed yet)
     by type, running (set up, Ray started) or launching (the rest, and `pending`: (type,
-    count) of launches under way); taken-back and dead nodes are not counted. The cost is
-    their prices' sum, None when one is not known."""
+    count) of launches under way); taken-back and dead nodes, and those whose setup failed, are
+    not counted. The cost is their prices' sum, None when one is not known."""
     running: dict[str, int] = {}
     launching: dict[str, int] = {}
     cost: float | None = 0.0
     counted: list[str] = []
     for node in nodes:
-        if node.state in (NodeState.PREEMPTED, NodeState.DEAD, NodeState.STOPPED):
+        gone = node.state in (NodeState.PREEMPTED, NodeState.DEAD, NodeState.STOPPED)
+        if gone or node.status is NodeStatus.FAILED:  # a failed setup: not on its way
             continue
         into = running if serving(node) else launching
         into[node.node_type] = into.get(node.node_type, 0) + 1

@@ -380,3 +380,20 @@ def test_a_port_in_use_is_one_line(
         result = cli_runner("dashboard", "--no-browser", "--port", str(port))
     assert result.exit_code == 2, result.stdout + result.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+def test_runs_are_read_at_most_every_runs_every_s() -> None:
+    from launcher.config.loader import parse_config
+    from launcher.web import collector
+
+    config = parse_config("cluster_name: runsread\nprovider: {type: localhost}\n", "inline")
+    reads: list[int] = []
+
+    def read() -> tuple[Any, ...]:
+        reads.append(1)
+        return ()
+
+    collector._runs_kept.pop("runsread", None)
+    collector._runs_of(config, read)
+    collector._runs_of(config, read)
+    assert len(reads) == 1

@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.config.loader import Overrides, parse_config
+from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError, NoClusterError
 from launcher.ledger.record import ClusterRecord, ClusterState
 from launcher.ledger.refresh import refresh
 from launcher.ledger.store import parse_record, records_dir
 from launcher.runs import store as run_store
+from launcher.runs.model import Run
 from launcher.web import history
 from launcher.web.model import Event, Live, sample_of
 
@@ -52,17 +54,37 @@ def probe_cluster(record: ClusterRecord) -> Live:
     if head is not None and found.ray_address is not None:
         with contextlib.suppress(NoClusterError):
             history.fetch(connect(config, head=head), record.name)
-    runs: tuple[object, ...] = ()
-    with contextlib.suppress(LauncherError):
-        runs = tuple(known_runs(config))
     return Live(
         nodes=found.nodes,
         autoscaler=found.autoscaler,
         autoscaler_running=found.autoscaler_running,
         ray_address=found.ray_address,
-        runs=runs,  # type: ignore[arg-type]
+        runs=_runs_of(config, lambda: tuple(known_runs(config, from_cluster=False))),
         polled_at=time.time(),
     )
+
+
+RUNS_EVERY_S = 30.0  # a controller that supervises runs is asked this often at most
+_runs_kept: dict[str, tuple[float, tuple[Run, ...]]] = {}
+_runs_lock = threading.Lock()
+
+
+def _runs_of(config: ClusterConfig, read: Callable[[], tuple[Run, ...]]) -> tuple[Run, ...]:
+    """The cluster's runs: this machine's and its controllers' (not the copies each node
+    keeps: asking every node on every poll would cost a command per node), read again at
+    most every RUNS_EVERY_S."""
+    now = time.monotonic()
+    with _runs_lock:
+        kept = _runs_kept.get(config.cluster_name)
+    if kept is not None and now - kept[0] < RUNS_EVERY_S:
+        return kept[1]
+    try:
+        runs = read()
+    except LauncherError:
+        runs = kept[1] if kept else ()
+    with _runs_lock:
+        _runs_kept[config.cluster_name] = (now, runs)
+    return runs
 
 
 @dataclass

@@ -104,3 +104,27 @@ def test_a_machine_whose_ports_are_all_rays_is_told_what_to_change(
     monkeypatch.setattr(socket, "socket", _Kernel([15000] * 300))
     with pytest.raises(ProviderError, match="ip_local_port_range"):
         localhost._free_ports(["agent"], set())
+
+
+def test_no_node_is_given_a_port_where_a_head_serves_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Heads' autoscalers serve metrics on their own address (Ray's default 44217, or the
+    cluster's metrics_port): a port no node's Ray, which binds every address, may get."""
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path))
+    config = parse_config(
+        "cluster_name: own\nprovider: {type: localhost}\n"
+        "metadata: {launcher: {metrics_port: 7100}}\n",
+        "inline",
+    )
+    provider = LocalhostProvider(config)
+    real = socket.socket
+    monkeypatch.setattr(socket, "socket", _Kernel([44217, 7100, 7000, 7001, 7002, 7003]))
+    head = provider.create_nodes(config.head_type, NodeKind.HEAD, 1, {})[0]
+    assert sorted(_ports(provider, head.id).values()) == [7000, 7001, 7002, 7003]
+    monkeypatch.setattr(socket, "socket", real)
+    assert 7100 in localhost._given().ports  # the head claims it for every cluster here
+    other = _provider("other")
+    monkeypatch.setattr(socket, "socket", _Kernel([7100, 7200]))
+    worker = other.create_nodes(other.config.node_types["worker"], NodeKind.WORKER, 1, {})[0]
+    assert _ports(other, worker.id) == {"agent": 7200}

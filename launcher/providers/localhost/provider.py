@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.config.model import ClusterConfig, NodeType
+from launcher.config.model import DEFAULT_METRICS_PORT, ClusterConfig, NodeType
 from launcher.errors import CapacityError, ProviderError
 from launcher.files import write_whole
 from launcher.paths import launcher_home
@@ -135,7 +135,7 @@ class LocalhostProvider(NodeProvider):
                     ["agent", "ray", "client", "dashboard"] if kind is NodeKind.HEAD else ["agent"]
                 )
                 given = _given()  # read once for the address and the ports
-                ports = _free_ports(names, given.ports)
+                ports = _free_ports(names, given.ports | self._metrics_ports())
                 data: dict[str, Any] = {
                     "id": node_id,
                     "kind": kind.value,
@@ -147,7 +147,10 @@ class LocalhostProvider(NodeProvider):
                 }
                 record = self.nodes_dir / node_id / "node.json"
                 write_json(record, data)
-                claim(record, data["ip"], list(ports.values()))
+                # A head's autoscaler serves its metrics on its own address: no node's
+                # Ray (which binds all addresses) may be given that port.
+                held = self._metrics_ports() if kind is NodeKind.HEAD else set()
+                claim(record, data["ip"], sorted({*ports.values(), *held}))
                 created.append(self._node(data, False))
         if len(created) < count:
             raise CapacityError(
@@ -244,6 +247,11 @@ class LocalhostProvider(NodeProvider):
     # -- localhost specifics ------------------------------------------------------------
     def temp_dir(self) -> str:
         return ray_temp_dir(self.cluster_name)
+
+    def _metrics_ports(self) -> set[int]:
+        """Ports given to no node: where heads' autoscalers serve metrics, this cluster's
+        and Ray's default (other clusters' heads claim theirs machine-wide)."""
+        return {DEFAULT_METRICS_PORT, self.config.metrics_port} - {0}
 
     def _node(self, data: Mapping[str, Any], raylet_alive: bool) -> Node:
         tags = dict(data.get("tags", {}))

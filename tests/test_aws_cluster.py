@@ -227,12 +227,13 @@ def test_down_catches_the_late_launch_of_an_autoscaler_it_had_to_kill(
         assert asked.returncode == 0, asked.stdout + asked.stderr
         assert arrived.wait(120), "the autoscaler never launched for the requested CPUs"
         before = {i["InstanceId"] for i in aws.instances()}
-        # The held launch lands as soon as the autoscaler is killed: 20 s of watching is
-        # plenty here (60 s by default, a read timeout of the SDKs).
+        # The held launch lands as soon as the autoscaler is killed (within a second): 10 s
+        # of watching, two of `down`'s looks 5 s apart, is plenty here (60 s by default, a
+        # read timeout of the SDKs).
         env = {
             **aws.env,
             "LAUNCHER_AUTOSCALER_STOP_WAIT_S": "1",
-            "LAUNCHER_LATE_LAUNCH_WATCH_S": "20",
+            "LAUNCHER_LATE_LAUNCH_WATCH_S": "10",
         }
         down = subprocess.run(
             [sys.executable, "-m", "launcher", "down", "-y", str(aws.path)],

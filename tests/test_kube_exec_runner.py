@@ -266,6 +266,18 @@ def test_a_timeout_kills_the_command_tree_in_the_pod(runner: KubeExecRunner) -> 
     assert left == ["0"]
 
 
+def test_the_runner_learns_setsid_once_and_a_timeout_still_kills_the_tree(
+    runner: KubeExecRunner,
+) -> None:
+    assert runner.run("true", timeout=30).ok
+    assert runner._setsid is True  # the pod has setsid: later commands start without asking
+    result = runner.run("sleep 303 & sleep 304 | cat; wait", timeout=1.0)
+    assert result.exit_code == 124
+    left: list[str] = []
+    assert runner.run("ps -eo args | grep -c '^sleep 30[34]$'", echo=left.append).exit_code == 1
+    assert left == ["0"]
+
+
 def test_a_command_that_cannot_start_is_tried_again(
     server: KubeServer, proxy: Proxy, ns: str, pod: str, tmp_path: Path
 ) -> None:

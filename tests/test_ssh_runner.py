@@ -122,6 +122,17 @@ def test_timeout_stops_a_command(hosts: MakeHost, key: Path, tmp_path: Path) -> 
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     assert runner.run("echo still fine").ok
+    # The first timed command taught the runner that the host has setsid: the next one
+    # starts in a session of its own without asking, and is still stopped whole.
+    assert runner._setsid is True
+    again = runner.run("sleep 301 & echo $! > ~/pid2; wait", timeout=1)
+    assert again.timed_out
+    second = int((user_home(host.user) / "pid2").read_text())
+    try:
+        assert _ends(second), "the second timed-out command still runs on the host"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(second, signal.SIGKILL)
 
 
 def test_a_command_whose_time_ran_out_before_it_started_is_not_started(

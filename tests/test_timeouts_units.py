@@ -4,6 +4,8 @@ remote command gives before its output."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,7 +25,7 @@ from launcher.providers.base import (
 )
 from launcher.runners.base import CommandResult
 from launcher.runners.local import LocalProcessRunner
-from launcher.runners.shell import PID_MARK, PidReport
+from launcher.runners.shell import PID_MARK, PidReport, reporting_pid
 from launcher.updater.bounds import (
     MIN_TIMEOUT_S,
     Bound,
@@ -111,6 +113,35 @@ def test_the_process_report_is_found_after_what_an_rc_file_printed() -> None:
     out = b"".join(report.feed(data[i : i + 5]) for i in range(0, len(data), 5))
     assert (report.reported, report.pid) == (True, 4242)
     assert out + report.finish() == b"welcome from .bashrc\nfirst\nsecond"
+
+
+@pytest.mark.parametrize("setsid", [None, True, False])
+def test_a_command_reports_its_pid_and_whether_it_has_a_session_of_its_own(
+    setsid: bool | None,
+) -> None:
+    """The first command of a runner asks the node whether setsid -w works (None); the
+    runner then starts the next ones the way the report said, without asking."""
+    if setsid is not False and shutil.which("setsid") is None:
+        pytest.skip("setsid (util-linux) is not installed here")
+    argv = reporting_pid(["sh", "-c", "echo pgid $(ps -o pgid= -p $$)"], setsid)
+    ran = subprocess.run(argv, capture_output=True, check=True)
+    report = PidReport()
+    out = report.feed(ran.stdout) + report.finish()
+    assert report.reported and report.pid is not None
+    assert report.in_session is (setsid is not False)  # this machine has setsid
+    group = int(out.split()[1])
+    assert (group == report.pid) is (setsid is not False)  # a session (and group) of its own
+    if setsid is not None:
+        assert "setsid -w true" not in " ".join(argv)  # no probe once known
+
+
+def test_a_report_without_the_session_word_still_gives_the_pid() -> None:
+    report = PidReport()
+    assert report.feed(PID_MARK + b"77\nrest") == b"rest"
+    assert (report.pid, report.in_session) == (77, None)
+    other = PidReport()
+    assert other.feed(PID_MARK + b"78 s\n") == b""
+    assert (other.pid, other.in_session) == (78, True)
 
 
 def test_output_without_a_report_is_all_passed_on() -> None:

@@ -88,6 +88,7 @@ class KubeExecRunner:
         self.backoff_s = 1.0  # the wait after the first failed attempt, doubling
         self.check_timeout_s = 30.0
         self._home: str | None = None
+        self._setsid: bool | None = None  # whether the container has setsid -w (learned)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -212,7 +213,7 @@ class KubeExecRunner:
     ) -> CommandResult:
         deadline = None if timeout is None else time.monotonic() + timeout
         with (
-            self.open(reporting_pid(list(argv)), stdin=stdin is not None) as session,
+            self.open(reporting_pid(list(argv), self._setsid), stdin=stdin is not None) as session,
             self.log_path.open("a", encoding="utf-8") as log,
         ):
             output = OutputLines(log, echo)
@@ -226,6 +227,7 @@ class KubeExecRunner:
                 wait = None if deadline is None else deadline - time.monotonic()
                 if wait is not None and wait <= 0:
                     session.close()
+                    self._learn(report)
                     self._kill(report.pid)
                     output.tail.append(f"(stopped after {timeout:g} s)")
                     return CommandResult(TIMED_OUT, output.text(), timed_out=True)
@@ -244,6 +246,7 @@ class KubeExecRunner:
             out.finish()
             err.finish()
             status = session.status()
+        self._learn(report)
         if status is None:
             if not started:
                 raise ExecNotStarted("the exec ended without a status", retryable=True)
@@ -252,6 +255,11 @@ class KubeExecRunner:
         if status.message:
             output.tail.append(status.message)
         return CommandResult(status.exit_code, output.text())
+
+    def _learn(self, report: PidReport) -> None:
+        """Keep what a command's report said of setsid: the next start without asking."""
+        if report.in_session is not None:
+            self._setsid = report.in_session
 
     def _kill(self, pid: int | None) -> None:
         """Kill a timed-out command's process group in the pod (best effort)."""

@@ -25,20 +25,31 @@ NOISE = (
 
 # `sh -c START_IN_SESSION REPORT_PID ARGV...`: run ARGV in a session of its own when setsid
 # can wait for it, after REPORT_PID printed the process's id (then also its process group's)
-# on stdout as a line of its own: PID_MARK and the digits.
+# on stdout as a line of its own: PID_MARK, the digits, and whether it runs in a session of
+# its own (IN_SESSION or NOT_IN_SESSION, REPORT_PID's $0). A runner learns that from its
+# first command and starts the next ones the known way (`reporting_pid`'s `setsid`), sparing
+# each the probe (`setsid -w true`, a process of its own on the node).
 PID_MARK = b"\x1elauncher-pid "
+IN_SESSION = "s"
+NOT_IN_SESSION = "n"
 START_IN_SESSION = (
-    'if setsid -w true 2>/dev/null; then exec setsid -w sh -c "$0" sh "$@"; fi; '
-    'exec sh -c "$0" sh "$@"'
+    f'if setsid -w true 2>/dev/null; then exec setsid -w sh -c "$0" {IN_SESSION} "$@"; fi; '
+    f'exec sh -c "$0" {NOT_IN_SESSION} "$@"'
 )
-REPORT_PID = 'printf "\\036launcher-pid %s\\n" "$$"; exec "$@"'
+REPORT_PID = 'printf "\\036launcher-pid %s %s\\n" "$$" "$0"; exec "$@"'
 # `sh -c KILL_GROUP PID`: kill the reported process group (the process alone without setsid).
 KILL_GROUP = 'kill -KILL "-$0" 2>/dev/null || kill -KILL "$0"'
 
 
-def reporting_pid(argv: list[str]) -> list[str]:
-    """`argv` run in a session of its own that first reports its process id (PidReport)."""
-    return ["sh", "-c", START_IN_SESSION, REPORT_PID, *argv]
+def reporting_pid(argv: list[str], setsid: bool | None = None) -> list[str]:
+    """`argv` run in a session of its own (where setsid can wait for it) that first reports
+    its process id (PidReport). `setsid`: whether the node has it, as a PidReport learned
+    (None: not known yet, so the node is asked)."""
+    if setsid is None:
+        return ["sh", "-c", START_IN_SESSION, REPORT_PID, *argv]
+    if setsid:
+        return ["setsid", "-w", "sh", "-c", REPORT_PID, IN_SESSION, *argv]
+    return ["sh", "-c", REPORT_PID, NOT_IN_SESSION, *argv]
 
 
 def kill_group_argv(pid: int) -> list[str]:
@@ -52,6 +63,7 @@ class PidReport:
 
     def __init__(self) -> None:
         self.pid: int | None = None
+        self.in_session: bool | None = None  # whether setsid started it (None: not said)
         self.reported = False
         self._held = b""
 
@@ -67,8 +79,10 @@ class PidReport:
                 break
             self._held = rest
             if line.startswith(PID_MARK):
-                digits = line[len(PID_MARK) :]
+                digits, _, how = line[len(PID_MARK) :].partition(b" ")
                 self.pid = int(digits) if digits.isdigit() else None
+                if how in (IN_SESSION.encode(), NOT_IN_SESSION.encode()):
+                    self.in_session = how == IN_SESSION.encode()
                 self.reported = True
             else:
                 passed.append(line + newline)

@@ -93,6 +93,7 @@ class SSHRunner:
         self.copy_method: CopyMethod = "auto"  # or always "rsync" / "sftp" (tests)
         self._home: str | None = None
         self._remote_rsync: bool | None = None  # whether the node has rsync (asked once)
+        self._setsid: bool | None = None  # whether the node has setsid -w (learned)
         self._sftp_lock = threading.Lock()
         self._sftp_client: paramiko.SFTPClient | None = None  # of the current connection
         self._rtt: float | None = None  # of the current connection
@@ -242,7 +243,8 @@ class SSHRunner:
             return self._run_in_terminal(line)
         if timeout is not None:
             # Reports its process group first, so that a timeout can kill it on the node.
-            line = shlex.join(reporting_pid(login_shell_argv(command, self.base_env, env)))
+            argv = login_shell_argv(command, self.base_env, env)
+            line = shlex.join(reporting_pid(argv, self._setsid))
         deadline = None if timeout is None else time.monotonic() + timeout
         last: Exception | None = None
         for attempt in range(1, COMMAND_ATTEMPTS + 1):
@@ -332,6 +334,7 @@ class SSHRunner:
                     if report is not None and report.pid is None:
                         _await_pid(channel, report, lines)  # it started; it will say its pid
                     channel.close()
+                    self._learn(report)
                     self._stop_remote(transport, report.pid if report else None)
                     output.tail.append(f"(stopped after {timeout:g} s)")
                     return CommandResult(124, output.text(), timed_out=True)
@@ -346,12 +349,18 @@ class SSHRunner:
                 lines.feed(report.feed(chunk) if report else chunk)
             lines.feed(report.finish() if report else b"")
             lines.finish()
+            self._learn(report)
             if not channel.exit_status_ready() and not transport.is_active():
                 raise EOFError("the connection closed before the command finished")
             code = channel.recv_exit_status()
         if code == -1:
             raise EOFError("the command ended without an exit status")
         return CommandResult(code, output.text())
+
+    def _learn(self, report: PidReport | None) -> None:
+        """Keep what a command's report said of setsid: the next start without asking."""
+        if report is not None and report.in_session is not None:
+            self._setsid = report.in_session
 
     def _stop_remote(self, transport: paramiko.Transport, pid: int | None) -> None:
         """Kill a timed-out command's process group on the node: closing its channel does

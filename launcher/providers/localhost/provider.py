@@ -67,6 +67,9 @@ _FIRST_HOST = 2  # 127.0.0.1 is rewritten by Ray to the machine's own address: a
 _LAST_HOST = 254
 ZONE = "localhost"
 
+# How long a terminated node's processes get after SIGTERM before SIGKILL.
+TERMINATE_GRACE_S = 0.5
+
 
 class LocalhostProvider(NodeProvider):
     """Nodes as this machine's processes; also plays a cloud's part for `simulated_spot`
@@ -162,7 +165,12 @@ class LocalhostProvider(NodeProvider):
         return created
 
     def terminate_nodes(self, node_ids: Sequence[str]) -> None:
+        """As a cloud terminates machines: all at once, and without waiting on their
+        programs. The nodes' processes get SIGTERM together and SIGKILL after
+        TERMINATE_GRACE_S (Ray's raylets and GCS do not exit on SIGTERM within seconds, and
+        nothing of a terminated node is kept: its files go with it)."""
         problems = []
+        stopping = []
         for node_id in node_ids:
             data = read_json(self.nodes_dir / node_id / "node.json")
             spec = container_of(self.config, data) if data else None
@@ -171,7 +179,10 @@ class LocalhostProvider(NodeProvider):
                 if problem:
                     problems.append(f"{node_id}: {problem}")
                     continue
-            self._stop(node_id)
+            stopping.append(node_id)
+        pids = [pid for node_id in stopping for pid in self._processes(node_id)]
+        stop_processes(pids, grace_s=TERMINATE_GRACE_S)
+        for node_id in stopping:
             release(self.nodes_dir / node_id / "node.json")
             shutil.rmtree(self.nodes_dir / node_id, ignore_errors=True)
             shutil.rmtree(node_temp_dir(self.cluster_name, node_id), ignore_errors=True)
@@ -188,9 +199,6 @@ class LocalhostProvider(NodeProvider):
 
     def _processes(self, node_id: str) -> list[int]:
         return node_pids(self.cluster_key(), node_id)
-
-    def _stop(self, node_id: str) -> None:
-        stop_processes(self._processes(node_id))
 
     def _spot_record(self, node: Node) -> tuple[Path, dict[str, Any]] | None:
         """The record of `node` (head or worker) when it is of a `simulated_spot` type."""

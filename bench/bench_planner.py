@@ -523,6 +523,64 @@ def growth(counts: list[int], nodes: int, repeat: int, budget: float, timeout: f
         print(f"| {title} | {' | '.join(cells)} | {' | '.join(factors)} |")
 
 
+def unpriced(sizes: list[tuple[int, int]], seeds: int, timeout: float, repeat: int) -> None:
+    """Nodes launched without prices (on-prem, Kubernetes, most configs), ours against Ray
+    v1 and v2, per family: the three above (this file's CPU/GPU types) and, with the cost
+    scenarios' real instance sizes (CPU, GPU, memory) but no prices, none, 300 and 200
+    placement groups (`--unpriced`)."""
+    from planner_cost import FAMILIES, Family, scenario  # next to this file
+
+    makers: list[tuple[str, Callable[[int, int, int], Workload]]] = [
+        ("mixed (4 % in groups)", lambda b, n, s: mixed(b, n, SEED + s - 1)),
+        ("many distinct shapes", lambda b, n, s: distinct_shapes(b, n, SEED + s - 1)),
+        ("many placement groups", lambda b, n, s: many_groups(b, n, SEED + s - 1)),
+    ]
+    families = [f for f in FAMILIES if not f.config_prices]
+    families += [Family(f"{t} + 200 groups", t, 200, False) for t in ("aws", "gcp")]
+
+    def without_prices(family: Family) -> Callable[[int, int, int], Workload]:
+        return lambda b, n, s: replace(scenario(family, s, b, n), prices=None)
+
+    makers += [(f"{f.name}, no prices", without_prices(f)) for f in families]
+    print("\n### Without prices: nodes launched, ours against Ray\n")
+    print(
+        "| family | seed | bundles (groups) | nodes | ours | Ray v1 | Ray v2 "
+        "| ours <= fewer of Ray? | time ours |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
+    tally = [0, 0]
+    for name, make in makers:
+        for bundles, nodes in sizes:
+            for seed in range(1, seeds + 1):
+                w = make(bundles, nodes, seed)
+                r = {}
+                for who in BUILDERS:
+                    progress(f"  {name} seed {seed} {w.label}: {who} ...")
+                    r[who] = measure(who, w, repeat if who == "ours" else 1, 10.0, timeout)
+                counts = {
+                    k: (v.launched.total() if v.launched is not None else None)
+                    for k, v in r.items()
+                }
+                theirs = [c for k, c in counts.items() if k != "ours" and c is not None]
+                ours = counts["ours"]
+                if ours is None or not theirs:
+                    verdict = "n/a"
+                elif ours <= min(theirs):
+                    verdict, tally[0] = "yes", tally[0] + 1
+                else:
+                    verdict, tally[1] = f"**no, +{ours - min(theirs)}**", tally[1] + 1
+                cells = " | ".join(
+                    "n/a" if counts[k] is None else f"{counts[k]:,}"
+                    for k in ("ours", "ray_v1", "ray_v2")
+                )
+                print(
+                    f"| {name} | {seed} | {w.bundles:,} ({len(w.gangs)}) | {len(w.nodes):,} "
+                    f"| {cells} | {verdict} | {r['ours'].time()} |",
+                    flush=True,
+                )
+    print(f"\nours <= fewer of Ray's: {tally[0]} yes, {tally[1]} no")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a small subset, about a minute")
@@ -538,6 +596,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--cost-only", action="store_true", help="only the cost scenarios and the scale run"
+    )
+    parser.add_argument(
+        "--unpriced",
+        action="store_true",
+        help="only the unpriced families: nodes ours against Ray v1 and v2",
     )
     parser.add_argument("--seeds", type=int, default=3, help="seeds per cost scenario family")
     parser.add_argument(
@@ -565,6 +628,11 @@ def main() -> None:
         f"({growth_timeout:g} s in the growth part)"
     )
     started = time.monotonic()
+    if args.unpriced:
+        unpriced_sizes = [(1_000, 50)] if args.quick else [(1_000, 50), (4_000, 200)]
+        unpriced(unpriced_sizes, args.seeds, timeout, args.repeat)
+        print(f"\n(total {time.monotonic() - started:.0f} s)")
+        return
     if not args.cost_only:
         against_ray(sizes, args.repeat, args.budget, timeout)
         growth(counts, nodes, args.repeat, args.budget, growth_timeout)

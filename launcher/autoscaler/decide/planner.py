@@ -4,24 +4,35 @@ launch and which to terminate. Pure: no I/O and no clock; everything arrives in 
 Order of work, each step seeing what the previous ones placed:
 1. min_workers of every type;
 2. placement groups, all bundles or none (STRICT_PACK on one node, STRICT_SPREAD on distinct
-   nodes, PACK/SPREAD anywhere), those whose bundles fit the fewest node types first, then
-   GPU ones, then the biggest (so under max_workers a later group may be placed before an
-   earlier one); a bundle that needs a new node gets the type chosen for all pending
-   bundles of its shape (with prices, as for tasks below, and the room its node keeps for
-   other shapes is counted as promised to them);
-3. pending task and actor bundles, grouped by shape, first on free capacity; then, without
-   prices, new nodes of the type that needs fewest for the shape; with prices, new nodes
-   whose type and contents (this shape and the other shapes still unplaced) are worth the
-   most per dollar (`plan_mix`: CPU work shares a GPU node when that costs less; every
-   node is charged `Settings.node_overhead` on top of its price, so fewer bigger nodes win
-   when they cost little more);
+   nodes, PACK/SPREAD anywhere); with prices, those whose bundles fit the fewest node types
+   first, then GPU ones, then the biggest (so under max_workers a later group may be placed
+   before an earlier one); without, in Ray's order (the oldest first); a bundle that needs
+   a new node gets the type chosen as for tasks below, for all pending bundles of its
+   shape, and the room its node keeps for other shapes is counted as promised to them;
+3. pending task and actor bundles, grouped by shape, first on free capacity; then new
+   nodes whose type and contents (this shape and the other shapes still unplaced) are
+   worth the most per dollar (`plan_mix`: CPU work shares a GPU node when that costs less;
+   every node is charged `Settings.node_overhead` on top of its price, so fewer bigger
+   nodes win when they cost little more);
 4. `request_resources` constraints, fitted to the cluster's total (not free) capacity;
 5. `upscaling_speed` caps how many nodes may be starting at once;
 6. idle workers beyond min_workers, untouched by this round's placements, are terminated.
 Demand no node type can ever hold is reported as infeasible and launches nothing.
+
 In steps 2 to 4, CPU-only work takes free capacity on nodes without GPUs (existing, or
 launched by this plan) before the spare CPUs of GPU nodes, and never gets a GPU type
 launched while a CPU-only type fits it. Free capacity is used first-fit (`packing`).
+
+Without prices (no type has one: on-prem, Kubernetes, most configs) every node counts the
+same, so the rule is the priced one with every type at price 1 (`_unit_prices`): the node
+whose type and contents hold the most of the pending work wins, which launches the fewest
+nodes; `_tidy` then gives a partly used new node the smallest type that holds its contents
+(types ranked by size, `_sizes`, in place of prices). The rule before it, "the type that
+needs the fewest nodes for this shape alone", chose per shape with no regard to the shapes
+still pending: each shape's last node was of the smallest type fitting its remainder, and
+the shapes and groups that came later found its room too small and launched more (five
+2.5-2.9 CPU bundles: five 4-CPU nodes, not one 16-CPU node; on the unpriced scenarios of
+`bench/bench_planner.py --unpriced`, up to 1.9x Ray's nodes, now at most 1.11x).
 
 A type the executor found out of capacity (or just preempted) arrives in
 `Snapshot.unavailable`: it launches nothing, its configured fallbacks are tried first in its
@@ -325,18 +336,45 @@ class _State:
         return known
 
 
+def _unit_prices(settings: Settings) -> Settings:
+    """Without a single price, every node counts the same: each type at price 1, so the
+    priced choice (`plan_mix`), which minimises the cost of what it launches, minimises the
+    nodes launched. With any price given, the settings as they are."""
+    if any(t.price is not None for t in settings.types.values()):
+        return settings
+    return replace(settings, types={n: replace(t, price=1.0) for n, t in settings.types.items()})
+
+
+def _sizes(types: Mapping[str, TypeInfo]) -> dict[str, float | None]:
+    """Without prices, what `_tidy` compares instead: 1 plus a type's size, the mean over
+    its resources of its share of the largest amount any type has, so that a partly used
+    node becomes the smallest type that holds its contents (nodes counted alike)."""
+    largest: dict[str, float] = {}
+    for info in types.values():
+        for key, value in info.resources.items():
+            largest[key] = max(largest.get(key, 0.0), float(value))
+
+    def size(resources: Mapping[str, float]) -> float:
+        shares = [v / largest[k] for k, v in resources.items() if largest[k] > 0]
+        return sum(shares) / len(shares) if shares else 0.0
+
+    return {n: 1.0 + size(t.resources) for n, t in types.items()}
+
+
 def plan(snapshot: Snapshot, settings: Settings, *, record: bool = False) -> Plan:
     """The plan for one round; with `record`, also where every placed bundle went."""
-    state = _State(snapshot, settings, record)
+    priced = any(t.price is not None for t in settings.types.values())
+    state = _State(snapshot, _unit_prices(settings), record)
     _min_workers(state, snapshot.nodes)
     after_min = (len(state.slots), len(state.decisions))
+    tidy_prices = None if priced else _sizes(settings.types)
     # With prices, groups go in the order that packs them cheapest; without, in Ray's
     # order (the oldest first, so a newer group never takes the room an older one waits for).
-    order = _gang_order(snapshot.gangs, settings) if state.priced else range(len(snapshot.gangs))
+    order = _gang_order(snapshot.gangs, settings) if priced else range(len(snapshot.gangs))
     for number in order:
         _place_gang(state, snapshot.gangs[number], number)
     _place_tasks(state, snapshot.pending)
-    _tidy(state, *after_min)
+    _tidy(state, *after_min, tidy_prices)
     _place_constraints(state, snapshot.constraints)
     launch, stand_ins = _limit_upscaling(state, snapshot)
     terminate = _idle(state, snapshot, settings)
@@ -455,15 +493,22 @@ def _min_workers(state: _State, nodes: Sequence[NodeView]) -> None:
             state.decisions.append(Decision(Action.LAUNCH, reason, name, missing))
 
 
-def _tidy(state: _State, first_new: int, first_decision: int) -> None:
+def _tidy(
+    state: _State,
+    first_new: int,
+    first_decision: int,
+    by_price: Mapping[str, float | None] | None = None,
+) -> None:
     """After placement, a new node whose contents fit a cheaper type becomes one (the last
     node launched for a shape is often partly used); the log says so. Nodes launched for
     min_workers (before `first_new`) are left as they are. Resized slots keep their tier in
     the packer: nothing is searched on it after this. Nodes filled alike (a mix repeated)
-    get the answer found for the first of them while its type still has room."""
+    get the answer found for the first of them while its type still has room. `by_price`:
+    what is compared instead of the types' prices (without prices, their sizes)."""
     types = state.settings.types
     capacities = {n: t.resources for n, t in types.items()}
-    prices = {n: t.price for n, t in types.items() if n not in state.unavailable}
+    by_price = by_price or {n: t.price for n, t in types.items()}
+    prices = {n: p for n, p in by_price.items() if n not in state.unavailable}
     resized: Counter[tuple[str, str]] = Counter()
     known: dict[tuple[str, tuple[tuple[str, float], ...]], str | None] = {}
     for index in range(first_new, len(state.slots)):

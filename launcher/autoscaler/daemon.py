@@ -161,12 +161,10 @@ class Daemon:
             on_finished=self.telemetry.setup_finished,
         )
         self.ray_nodes: frozenset[tuple[str, bool]] = frozenset()
-        # The prices `up` handed over, then kept current on the head (see HeadPrices).
-        self.prices = HeadPrices(
-            config, SPECS[config.provider.type], prices or PriceHandoff(), clock
-        )
-        self.settings = planner_settings(config, SPECS[config.provider.type], self.prices.table())
         spec = SPECS[config.provider.type]
+        # The prices `up` handed over, then kept current on the head (see HeadPrices).
+        self.prices = HeadPrices(config, spec, prices or PriceHandoff(), clock)
+        self.settings = planner_settings(config, spec, self.prices.table())
         self.spot = {
             name: spec.node_offer(config, node_type, self.prices.table()).spot
             for name, node_type in config.node_types.items()

@@ -150,6 +150,7 @@ class HeadPrices:
             self._fresh = table
 
     def wait(self, timeout_s: float) -> None:
-        """Wait for a refresh in flight (tests, and a daemon stopping)."""
+        """Wait for a refresh in flight (tests use it; the daemon never waits: the thread is
+        a daemon thread and its answer is simply not used once the daemon stops)."""
         if self._running is not None:
             self._running.join(timeout_s)

@@ -173,6 +173,16 @@ def test_fetch_copies_whole_new_lines_and_follows_a_rotation(home: Path, tmp_pat
     copy.refresh()
     assert [e["t"] for e in copy.events] == [json.loads(x)["t"] for x in lines[:27]]
     assert not list(remote.parent.glob("*.part"))  # the head's slice is removed
+    # Nothing new since: one command on the head, nothing copied, nothing left there.
+    runner = session.daemon_runner
+    calls: list[str] = []
+    run, get = runner.run, runner.get
+    runner.run = lambda *a, **k: calls.append("run") or run(*a, **k)
+    runner.get = lambda *a, **k: calls.append("get") or get(*a, **k)
+    assert history.fetch(session, "c") == 0
+    assert calls == ["run"] and not list(remote.parent.glob("*.part"))
+    copy.refresh()
+    assert len(copy.events) == 27
 
 
 def test_runs_show_their_recoveries() -> None:

@@ -45,10 +45,11 @@ def whole_lines(data: bytes) -> bytes:
 
 def fetch(session: HeadSession, cluster_name: str) -> int:
     """Append what the head's timeline gained since the copy here was last fetched: the
-    head cuts the new bytes into a file of its own, which is copied here (two round trips,
-    no output through the runner's log). Returns the bytes added. A head whose timeline is
-    shorter than the copy's offset (the file rotated, or a new head) is read from its start
-    and appended: the copy keeps every head's history."""
+    head cuts the new bytes into a file of its own, which is copied here (three round
+    trips; one when there is nothing new; no output through the runner's log). Returns the
+    bytes added. A head whose timeline is shorter than the copy's offset (the file rotated,
+    or a new head) is read from its start and appended: the copy keeps every head's
+    history."""
     path = local_path(cluster_name)
     offset_file = path.with_suffix(".offset")
     try:
@@ -70,12 +71,16 @@ def fetch(session: HeadSession, cluster_name: str) -> int:
         f'echo "start $start"; echo "rotated $skip"; n=$((size - start)); '
         f"[ $n -gt {FETCH_MAX_BYTES} ] && n={FETCH_MAX_BYTES}; "
         f"{{ [ $skip -gt 0 ] && tail -c $skip {old}; tail -c +$((start + 1)) {remote} | "
-        f"head -c $n; }} > {part}"
+        f"head -c $n; }} > {part}; "
+        # Nothing new (most polls): no slice to copy or remove, no more round trips.
+        f'[ $((skip + n)) -gt 0 ] || {{ rm -f {part}; echo "nothing new"; }}'
     )
     result = runner.run(cut, session.env, timeout=60)
     found = re.search(r"^start (\d+)$", result.output_tail, re.MULTILINE)
     skipped = re.search(r"^rotated (\d+)$", result.output_tail, re.MULTILINE)
     if not result.ok or found is None or skipped is None:
+        return 0
+    if re.search(r"^nothing new$", result.output_tail, re.MULTILINE):
         return 0
     skip = int(skipped.group(1))
     with tempfile.TemporaryDirectory() as staging:

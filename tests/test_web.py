@@ -403,7 +403,7 @@ def test_runs_are_read_at_most_every_runs_every_s() -> None:
         reads.append(1)
         return ()
 
-    collector._runs_kept.pop("runsread", None)
-    collector._runs_of(config, read)
-    collector._runs_of(config, read)
+    kept = collector.RunsKept()
+    kept.of(config, read)
+    kept.of(config, read)
     assert len(reads) == 1

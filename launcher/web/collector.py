@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -35,7 +36,35 @@ SEEN_SAMPLES = 5000  # the page's own samples of a cluster whose head keeps no t
 Probe = Callable[[ClusterRecord], Live]
 
 
-def probe_cluster(record: ClusterRecord) -> Live:
+RUNS_EVERY_S = 30.0  # a controller that supervises runs is asked this often at most
+
+
+class RunsKept:
+    """Each cluster's runs as last read: this machine's and its controllers' (not the
+    copies each node keeps: asking every node on every poll would cost a command per node),
+    read again at most every RUNS_EVERY_S. Shared by the polls' threads."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._kept: dict[str, tuple[float, tuple[Run, ...]]] = {}
+        self._lock = threading.Lock()
+
+    def of(self, config: ClusterConfig, read: Callable[[], tuple[Run, ...]]) -> tuple[Run, ...]:
+        now = self.clock()
+        with self._lock:
+            kept = self._kept.get(config.cluster_name)
+        if kept is not None and now - kept[0] < RUNS_EVERY_S:
+            return kept[1]
+        try:
+            runs = read()
+        except LauncherError:
+            runs = kept[1] if kept else ()
+        with self._lock:
+            self._kept[config.cluster_name] = (now, runs)
+        return runs
+
+
+def probe_cluster(record: ClusterRecord, runs: RunsKept) -> Live:
     """Ask a running cluster what it runs now (and copy its timeline's new lines here)."""
     from launcher.cluster.head import connect
     from launcher.cluster.ops import status
@@ -59,32 +88,9 @@ def probe_cluster(record: ClusterRecord) -> Live:
         autoscaler=found.autoscaler,
         autoscaler_running=found.autoscaler_running,
         ray_address=found.ray_address,
-        runs=_runs_of(config, lambda: tuple(known_runs(config, from_cluster=False))),
+        runs=runs.of(config, lambda: tuple(known_runs(config, from_cluster=False))),
         polled_at=time.time(),
     )
-
-
-RUNS_EVERY_S = 30.0  # a controller that supervises runs is asked this often at most
-_runs_kept: dict[str, tuple[float, tuple[Run, ...]]] = {}
-_runs_lock = threading.Lock()
-
-
-def _runs_of(config: ClusterConfig, read: Callable[[], tuple[Run, ...]]) -> tuple[Run, ...]:
-    """The cluster's runs: this machine's and its controllers' (not the copies each node
-    keeps: asking every node on every poll would cost a command per node), read again at
-    most every RUNS_EVERY_S."""
-    now = time.monotonic()
-    with _runs_lock:
-        kept = _runs_kept.get(config.cluster_name)
-    if kept is not None and now - kept[0] < RUNS_EVERY_S:
-        return kept[1]
-    try:
-        runs = read()
-    except LauncherError:
-        runs = kept[1] if kept else ()
-    with _runs_lock:
-        _runs_kept[config.cluster_name] = (now, runs)
-    return runs
 
 
 @dataclass
@@ -104,13 +110,13 @@ class Collector:
         *,
         interval: float = 3.0,
         timeout: float = 30.0,
-        probe: Probe = probe_cluster,
+        probe: Probe | None = None,
         clock: Callable[[], float] = time.time,
         workers: int = 8,
     ) -> None:
         self.interval = interval
         self.timeout = timeout
-        self.probe = probe
+        self.probe = probe or functools.partial(probe_cluster, runs=RunsKept())
         self.clock = clock
         self.generation = 0  # grows whenever something the page shows changed
         self._clusters: dict[str, _Cluster] = {}

@@ -18,6 +18,14 @@ from launcher.providers.localhost.node_files import read_json, write_json
 from launcher.providers.localhost.provider import LocalhostProvider
 
 
+@pytest.fixture(autouse=True)
+def _own_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine's claims are shared by every home here; these tests hand out made-up
+    ports (7000, ...), so they claim them in a machine directory of their own, neither
+    seeing a real cluster's claims nor leaving theirs for the next run to trip on."""
+    monkeypatch.setenv("LAUNCHER_MACHINE_DIR", str(tmp_path / "machine"))
+
+
 def _provider(name: str) -> LocalhostProvider:
     config = parse_config(f"cluster_name: {name}\nprovider: {{type: localhost}}\n", "inline")
     return LocalhostProvider(config)

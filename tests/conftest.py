@@ -27,6 +27,24 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # (tests/test_live_prices*.py point them at loopback fakes and set "live" themselves).
 os.environ.setdefault("LAUNCHER_PRICES", "static")
 
+# Every autoscaler the suite runs (in this process, and on the localhost heads it starts,
+# which inherit this environment) decides every tick and compares with the choice the gate
+# (launcher/autoscaler/decide/gate.py) would have kept; a difference is appended here, and
+# fails the session (pytest_sessionfinish).
+AUDIT_FILE = Path(tempfile.mkdtemp(prefix="launcher-audit-")) / "mismatches.jsonl"
+os.environ.setdefault("LAUNCHER_DECISION_AUDIT", str(AUDIT_FILE))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    try:
+        found = AUDIT_FILE.read_text().strip()
+    except OSError:
+        found = ""
+    shutil.rmtree(AUDIT_FILE.parent, ignore_errors=True)
+    if found:
+        print(f"\nan autoscaler kept a choice that deciding again did not give:\n{found}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 @dataclass
 class CliResult:

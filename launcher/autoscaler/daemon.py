@@ -10,13 +10,16 @@ to stdout (the head's monitor log) and the latest ones are kept in a state file 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import signal
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -37,13 +40,15 @@ from launcher.autoscaler.decide.choice import (
 )
 from launcher.autoscaler.decide.demand import Demand
 from launcher.autoscaler.decide.evacuate import Evacuation
+from launcher.autoscaler.decide.gate import TickKey, idle_thresholds, tick_key
 from launcher.autoscaler.decide.idle import IdleTimer, busy_reasons, due
 from launcher.autoscaler.decide.node_states import NodeLife, NodeStates, Transition, follow
 from launcher.autoscaler.decide.plan_types import Decision
 from launcher.autoscaler.decide.planner import Plan
+from launcher.autoscaler.decide.trace import AUDIT_ENV, TRACE_ENV, encode_tick, header
 from launcher.autoscaler.decide.view import planner_settings, price_changes
 from launcher.autoscaler.endpoint import MetricsEndpoint
-from launcher.autoscaler.metrics import LOOP_EXCEPTIONS, AutoscalerMetrics
+from launcher.autoscaler.metrics import LOOP_EXCEPTIONS, AutoscalerMetrics, ClusterGauges
 from launcher.autoscaler.observe.gcs import GcsDemandReader, split_address
 from launcher.autoscaler.observe.head_files import open_sessions, read_autostop
 from launcher.autoscaler.observe.listing import NodeListing
@@ -56,7 +61,7 @@ from launcher.autoscaler.spec import (
     AutoscalerSpec,
 )
 from launcher.autoscaler.telemetry import Telemetry, gauges_of, sample_of
-from launcher.autoscaler.timeline import TimelineWriter
+from launcher.autoscaler.timeline import Sample, TimelineWriter
 from launcher.config.model import Autostop, ClusterConfig
 from launcher.errors import LauncherError
 from launcher.events import Event, Message, NodeProgress
@@ -80,6 +85,33 @@ def _empty_state(now: float) -> dict[str, object]:
     `now` is wall-clock time."""
     keys = ("pending", "placement_groups", "requested", "infeasible", "decisions")
     return {"time": now, **{key: [] for key in keys}}
+
+
+# How often the cluster's record is written when nothing in it changed (its runs' ends).
+RECORD_EVERY_S = 60.0
+
+
+def record_key(
+    listed: list[Node], settings: object, autostop: Autostop | None
+) -> tuple[object, ...]:
+    """What the cluster's record says of `listed` (note_listing), but the time: the nodes
+    that exist, the prices (a new `settings` object when they change) and autostop."""
+    nodes = tuple((n.id, n.kind, n.node_type, n.created_at, n.state) for n in listed)
+    return (nodes, settings, autostop)
+
+
+@dataclass
+class KeptChoice:
+    """The last tick's choice when it did not act, and the key of its facts: a tick with
+    the same key keeps it (decide/gate.py). `audit`: decide anyway, and count mismatches
+    (LAUNCHER_DECISION_AUDIT=1, or a file to append them to)."""
+
+    audit: bool = False
+    file: str = ""  # where the audit appends mismatches (LAUNCHER_DECISION_AUDIT=PATH)
+    key: TickKey | None = None
+    choice: Choice | None = None
+    ticks: int = 0  # ticks that kept it
+    mismatches: int = 0
 
 
 def log(text: str) -> None:
@@ -191,6 +223,12 @@ class Daemon:
         self.last_loop_exception: dict[str, object] | None = None
         self.last_trace = ""  # of the last round that failed with a bug
         self.state: dict[str, object] = _empty_state(wall_clock())
+        audit = os.environ.get(AUDIT_ENV, "")
+        self.kept = KeptChoice(audit=bool(audit), file="" if audit == "1" else audit)
+        self.trace_path = os.environ.get(TRACE_ENV) or ""
+        self.trace_started = False
+        self.recorded: tuple[tuple[object, ...], float] | None = None  # record_key, when
+        self.last_sample: tuple[Choice, object, Sample, ClusterGauges] | None = None
 
     def run(self) -> None:
         log(f"{STARTED_LINE} {self.config.cluster_name} started")
@@ -297,24 +335,73 @@ class Daemon:
         self.stopping.set()  # the cluster is stopped (or gone): nothing left to scale
 
     def _decide(self, listed: list[Node], busy: set[str], demand: Demand, resync: bool) -> Choice:
-        """Note what `listed` tells (notices, reclaims), then decide on it (decide/choice)."""
+        """Note what `listed` tells (notices, reclaims), then decide on it (decide/choice),
+        or keep the last tick's choice when its facts were the same (decide/gate)."""
         nodes = self._note(listed, demand)  # before the facts below, which it changes
         facts = Facts(
             listed,
             nodes,
             demand,
-            busy,
-            self.node_states.in_state(NodeLife.EVACUATED),
+            frozenset(busy),
+            frozenset(self.node_states.in_state(NodeLife.EVACUATED)),
             self.executor.pending(),
             self._unavailable(),
             resync,
             self.wall_clock(),
         )
+        key = tick_key(
+            self.settings,
+            idle_thresholds(self.settings),
+            listed=facts.listed,
+            nodes=facts.nodes,
+            demand=demand,
+            busy=frozenset(facts.busy),
+            evacuated=frozenset(facts.evacuated),
+            pending=facts.pending,
+            unavailable=dict(facts.unavailable),
+            resync=resync,
+        )
+        kept = self.kept.choice if key is not None and key.same_as(self.kept.key) else None
+        self._trace(facts, kept is not None)
+        if kept is not None and not self.kept.audit:
+            self.kept.ticks += 1
+            self.kept.key = key  # the same, with this listing's nodes: compared by identity
+            return kept
         started = time.perf_counter()
         try:
-            return choose(self.config, self.settings, facts)
+            choice = choose(self.config, self.settings, facts)
         finally:
             self.planner_s += time.perf_counter() - started
+        if kept is not None and choice != kept:
+            self._mismatch(kept, choice)
+        self.kept.key, self.kept.choice = (None, None) if choice.acts else (key, choice)
+        return choice
+
+    def _mismatch(self, kept: Choice, choice: Choice) -> None:
+        """Audit: the kept choice is not what deciding again gives (a bug in decide/gate)."""
+        self.kept.mismatches += 1
+        log(f"error: audit: the kept choice differs from deciding again: {choice} != {kept}")
+        if self.kept.file:
+            line = {"cluster": self.config.cluster_name, "kept": str(kept), "fresh": str(choice)}
+            try:
+                with open(self.kept.file, "a") as out:
+                    out.write(json.dumps(line) + "\n")
+            except OSError as exc:
+                log(f"could not write the audit's mismatch to {self.kept.file}: {exc}")
+
+    def _trace(self, facts: Facts, kept: bool) -> None:
+        """The tick's facts, in the decision trace when one is asked for (decide/trace)."""
+        if not self.trace_path:
+            return
+        try:
+            with open(self.trace_path, "a") as out:
+                if not self.trace_started:
+                    out.write(json.dumps(header(self.config_text)) + "\n")
+                    self.trace_started = True
+                out.write(json.dumps(encode_tick(facts, kept)) + "\n")
+        except OSError as exc:
+            log(f"could not write the decision trace: {exc}; tracing stops")
+            self.trace_path = ""
 
     def _note(self, listed: list[Node], demand: Demand) -> list[Node]:
         """The nodes to decide on (`listed`, launched nodes not listed yet, with the notices
@@ -349,7 +436,13 @@ class Daemon:
         self.executor.preempted(node, notice=notice)
 
     def _record(self, listed: list[Node]) -> None:
-        """Keep the cluster's record (what runs since when, at what price) as listed."""
+        """Keep the cluster's record (what runs since when, at what price) as listed: when
+        what it would say changed, else every RECORD_EVERY_S (a run's end is kept to within
+        that; the ledger counts an end as exact within EXACT_GAP_S, 300 s)."""
+        key, now = record_key(listed, self.settings, self.autostop), self.clock()
+        last = self.recorded
+        if last is not None and last[0] == key and now - last[1] < RECORD_EVERY_S:
+            return
         try:
             note_listing(
                 self.config,
@@ -360,6 +453,8 @@ class Daemon:
             )
         except OSError as exc:
             log(f"could not update the cluster's record: {exc}")
+            return
+        self.recorded = (key, now)
 
     def _act(self, choice: Choice, demand: Demand) -> None:
         for evacuation in choice.evacuate:
@@ -398,18 +493,19 @@ class Daemon:
     def _telemetry_of_tick(
         self, choice: Choice, demand: Demand, launching: list[tuple[str, int]]
     ) -> None:
-        """The tick's reclaims and sample, in the timeline."""
-        prices = {name: info.price for name, info in self.settings.types.items()}
-        sample = sample_of(
-            self.wall_clock(),
-            choice.nodes,
-            launching,
-            demand,
-            len(choice.result.infeasible),
-            prices,
-            self.spot,
-        )
-        gauges = gauges_of(sample, choice.nodes, demand, self.declared, self.setups.running())
+        """The tick's reclaims and sample, in the timeline. A kept choice (the same facts,
+        decide/gate.py) with the same launches and setups under way has the last tick's
+        sample and gauges: only the sample's time is new."""
+        now, updating = self.wall_clock(), self.setups.running()
+        last = self.last_sample
+        if last is not None and last[0] is choice and last[1] == (launching, updating):
+            sample, gauges = dataclasses.replace(last[2], t=now), last[3]
+        else:
+            prices = {name: info.price for name, info in self.settings.types.items()}
+            infeasible = len(choice.result.infeasible)
+            sample = sample_of(now, choice.nodes, launching, demand, infeasible, prices, self.spot)
+            gauges = gauges_of(sample, choice.nodes, demand, self.declared, updating)
+        self.last_sample = (choice, (launching, updating), sample, gauges)
         self.telemetry.acted(choice.result.launches(), sample, gauges)
 
     def _evacuate(self, evacuation: Evacuation) -> None:
@@ -529,6 +625,8 @@ class Daemon:
         path = Path(STATE_FILE).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
         health = {
+            "decisions_kept": self.kept.ticks,
+            "audit_mismatches": self.kept.mismatches,
             "update_loop_exceptions": self.loop_exceptions,
             "last_loop_exception": self.last_loop_exception,
         }

@@ -15,7 +15,7 @@ reported by `unschedulable`.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -107,6 +107,33 @@ def to_node(pod: Mapping[str, Any]) -> Node | None:
         tags=tags,
         created_at=_timestamp(created),
     )
+
+
+class NodeMemo:
+    """The nodes of the last listing by pod uid and resourceVersion: a pod the API server
+    did not change since (its resourceVersion changes on every write) is the same node,
+    so a listing of a thousand unchanged pods builds no node again and hands the autoscaler
+    the very objects it compared the last tick with. Not thread-safe: one lister."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, str], Node | None] = {}
+
+    def nodes(self, pods: Iterable[Mapping[str, Any]]) -> list[Node]:
+        known: dict[tuple[str, str], Node | None] = {}
+        out = []
+        for pod in pods:
+            metadata = pod.get("metadata") or {}
+            key = (str(metadata.get("uid") or ""), str(metadata.get("resourceVersion") or ""))
+            if not all(key):
+                node = to_node(pod)  # no identity to remember it by
+            elif key in self._known:
+                node = known[key] = self._known[key]
+            else:
+                node = known[key] = to_node(pod)
+            if node is not None:
+                out.append(node)
+        self._known = known
+        return out
 
 
 def _timestamp(value: object) -> float:

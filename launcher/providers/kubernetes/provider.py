@@ -46,6 +46,7 @@ from launcher.providers.kubernetes.objects import (
     status_of,
 )
 from launcher.providers.kubernetes.pods import (
+    NodeMemo,
     cluster_selector,
     pod_body,
     scheduled,
@@ -74,6 +75,8 @@ class KubernetesProvider(NodeProvider):
         self.namespace = settings.namespace
         self._apis: KubeApis | None = None
         self._lock = threading.Lock()
+        self._memo = NodeMemo()
+        self._memo_lock = threading.Lock()  # setups and launches list from threads too
         self.access = KubeExecAccess(
             config, self.namespace, lambda: self.apis.streams, settings.head_python
         )
@@ -150,7 +153,9 @@ class KubernetesProvider(NodeProvider):
         return {str(p["metadata"]["name"]) for p in self._pods(cluster_selector(self.cluster_name))}
 
     def nodes(self) -> list[Node]:
-        return _as_nodes(self._pods(cluster_selector(self.cluster_name)))
+        pods = self._pods(cluster_selector(self.cluster_name))
+        with self._memo_lock:
+            return self._memo.nodes(pods)
 
     def _made_by(self, request_id: str | None) -> list[Node]:
         if not request_id:

@@ -228,6 +228,7 @@ class Daemon:
         self.trace_path = os.environ.get(TRACE_ENV) or ""
         self.trace_started = False
         self.recorded: tuple[tuple[object, ...], float] | None = None  # record_key, when
+        self.followed: tuple[tuple[Node, ...], int] | None = None  # see _note
         self.last_sample: tuple[Choice, object, Sample, ClusterGauges] | None = None
 
     def run(self) -> None:
@@ -352,6 +353,7 @@ class Daemon:
         key = tick_key(
             self.settings,
             idle_thresholds(self.settings),
+            last=self.kept.key,
             listed=facts.listed,
             nodes=facts.nodes,
             demand=demand,
@@ -412,7 +414,11 @@ class Daemon:
         self.last_notices, self.last_listed_ids = demand.notices, ids
         self.reported = kept_notices(self.reported, demand.notices, ids)
         nodes = with_notices(nodes, self.reported.items())
-        moves = follow(self.node_states, nodes)
+        # `follow` is pure: the same nodes and table as when it last found nothing to move
+        # find nothing again (an idle tick's 1,000 nodes, not looked at one by one).
+        seen = (tuple(nodes), self.node_states.moves)
+        moves = [] if seen == self.followed else follow(self.node_states, nodes)
+        self.followed = seen if not moves else None
         for transition in moves:
             self.node_states.apply(transition)
         # Notices first, then reclaims without one, as they were always told.

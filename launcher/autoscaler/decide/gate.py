@@ -101,6 +101,11 @@ def _ray_node(node: RayNode, thresholds: Sequence[float]) -> RayNodeKey:
     )
 
 
+def _timed(node: Node) -> bool:
+    """Whether `choose` compares something of `node` with the time."""
+    return node.reclaim_at is not None or node.rejoin_by > 0
+
+
 def tick_key(
     settings: Settings,
     thresholds: Sequence[float],
@@ -113,15 +118,20 @@ def tick_key(
     pending: Sequence[PendingLaunch],
     unavailable: dict[str, str],
     resync: bool,
+    last: TickKey | None = None,
 ) -> TickKey | None:
     """The key of a tick's facts; None when the tick must decide whatever the last one did
-    (its choice depends on the time: see the module)."""
-    if resync or any(n.reclaim_at is not None or n.rejoin_by for n in nodes):
+    (its choice depends on the time: see the module). `last`: the last tick's key, whose
+    nodes (when these are the same) are known to have neither notice nor rejoin time."""
+    as_listed = tuple(nodes)
+    if resync:
+        return None
+    if (last is None or as_listed != last.nodes) and any(_timed(n) for n in as_listed):
         return None
     return TickKey(
         settings,
         tuple(listed),
-        tuple(nodes),
+        as_listed,
         demand.pending,
         tuple(demand.gangs),
         demand.constraints,

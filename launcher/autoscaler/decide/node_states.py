@@ -99,6 +99,7 @@ class NodeStates:
 
     def __init__(self) -> None:
         self._states: dict[str, NodeLife] = {}
+        self.moves = 0  # moves made so far: the table is as it was while this stays
 
     def __getitem__(self, node_id: str) -> NodeLife:
         return self._states.get(node_id, NodeLife.ACTIVE)
@@ -114,6 +115,7 @@ class NodeStates:
         now = self[node_id]
         if to not in TRANSITIONS[now]:
             raise InvalidTransition(f"{node_id}: {now} cannot become {to}")
+        self.moves += 1
         if to in (NodeLife.ACTIVE, NodeLife.GONE):
             self._states.pop(node_id, None)
         else:

@@ -89,6 +89,8 @@ def _empty_state(now: float) -> dict[str, object]:
 
 # How often the cluster's record is written when nothing in it changed (its runs' ends).
 RECORD_EVERY_S = 60.0
+# How often the state file is written when only its time changed.
+STATE_EVERY_S = 5.0
 
 
 def record_key(
@@ -228,6 +230,7 @@ class Daemon:
         self.trace_path = os.environ.get(TRACE_ENV) or ""
         self.trace_started = False
         self.recorded: tuple[tuple[object, ...], float] | None = None  # record_key, when
+        self.saved: tuple[dict[str, object], float] | None = None  # see _save_state
         self.followed: tuple[tuple[Node, ...], int] | None = None  # see _note
         self.last_sample: tuple[Choice, object, Sample, ClusterGauges] | None = None
 
@@ -627,16 +630,24 @@ class Daemon:
         self._save_state(self.state)
 
     def _save_state(self, state: Mapping[str, object]) -> None:
-        """`state` and the count of failed rounds, in the state file `status` reads."""
-        path = Path(STATE_FILE).expanduser()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """`state` and the count of failed rounds, in the state file `status` reads: when
+        something in it changed, else every STATE_EVERY_S (its time and count of kept
+        choices move every tick)."""
         health = {
             "decisions_kept": self.kept.ticks,
             "audit_mismatches": self.kept.mismatches,
             "update_loop_exceptions": self.loop_exceptions,
             "last_loop_exception": self.last_loop_exception,
         }
-        write_whole(path, json.dumps({**state, **health}))
+        content = {**state, **health}
+        said = {k: v for k, v in content.items() if k not in ("time", "decisions_kept")}
+        now, last = self.clock(), self.saved
+        if last is not None and last[0] == said and now - last[1] < STATE_EVERY_S:
+            return
+        path = Path(STATE_FILE).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_whole(path, json.dumps(content))
+        self.saved = (said, now)
 
     def _on_event(self, event: Event) -> None:
         if isinstance(event, NodeProgress) and (event.done or event.failed):

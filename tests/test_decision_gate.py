@@ -247,12 +247,13 @@ def test_recorded_ticks_replayed_through_the_gate_decide_as_every_tick(trace: Pa
     settings_of: dict[int, object] = {}
     last_key: TickKey | None = None
     last: Choice | None = None
-    ticks = kept_here = 0
+    ticks = kept_here = kept_live = 0
     for config, raw in _ticks(trace):
         settings = settings_of.setdefault(
             id(config), planner_settings(config, SPECS[config.provider.type], load_prices())
         )
         facts, kept_then = decode_tick(raw)
+        kept_live += kept_then
         assert encode_tick(facts, kept_then) == raw  # the trace reads back whole
         key = tick_key(
             settings,  # type: ignore[arg-type]
@@ -272,7 +273,8 @@ def test_recorded_ticks_replayed_through_the_gate_decide_as_every_tick(trace: Pa
             kept_here += 1
         last_key, last = (None, None) if fresh.acts else (key, fresh)
         ticks += 1
-    assert ticks > 100 and kept_here > ticks // 2, (ticks, kept_here)
+    assert ticks > 50 and kept_here > ticks // 2, (ticks, kept_here)
+    assert kept_here == kept_live  # the live daemon's gate kept the same ticks
 
 
 def test_the_daemon_writes_a_trace_that_replays(

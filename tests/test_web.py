@@ -20,7 +20,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from launcher.cluster.ops import AutoscalerState
 from launcher.ledger.record import ClusterState, all_gone
 from launcher.ledger.store import update_record
-from launcher.providers.base import Node, NodeKind, NodeState
+from launcher.providers.base import TAG_STATUS, Node, NodeKind, NodeState
 from launcher.testing import web_data
 from launcher.web import history, model
 from launcher.web.collector import Collector
@@ -84,6 +84,25 @@ def test_without_a_timeline_the_plot_is_what_the_page_polled() -> None:
     assert sample["nodes"] == {"cpu": {"running": 0, "launching": 2}}  # not set up yet
     plot = model.series([], model.Live(seen=(sample,)))
     assert plot["source"] == "page" and plot["nodes"] == {"cpu": [2.0]}
+    # Counted as the head's own samples count them: a taken-back, dead or stopped node, or
+    # one whose setup failed, is not on its way.
+    up = {TAG_STATUS: "up-to-date"}
+    nodes = [
+        Node("r", NodeKind.WORKER, "cpu", "127.0.0.2", NodeState.RUNNING, up),
+        Node("p", NodeKind.WORKER, "cpu", "127.0.0.3", NodeState.PREEMPTED, up),
+        Node("d", NodeKind.WORKER, "cpu", "127.0.0.4", NodeState.DEAD, up),
+        Node("s", NodeKind.WORKER, "cpu", "127.0.0.5", NodeState.STOPPED, up),
+        Node(
+            "f",
+            NodeKind.WORKER,
+            "cpu",
+            "127.0.0.6",
+            NodeState.RUNNING,
+            {TAG_STATUS: "update-failed"},
+        ),
+        Node("l", NodeKind.WORKER, "cpu", None, NodeState.PENDING),
+    ]
+    assert model.sample_of(nodes, None, NOW)["nodes"] == {"cpu": {"running": 1, "launching": 1}}
 
 
 def test_nodes_join_the_poll_with_the_record_and_keep_the_gone_ones() -> None:

@@ -57,6 +57,21 @@ def serving(node: Node) -> bool:
     )
 
 
+def by_type(nodes: Sequence[Node]) -> tuple[dict[str, int], dict[str, int]]:
+    """How many of `nodes` of each type are running (set up, Ray started) and how many are
+    launching (the rest); taken-back, dead and stopped nodes, and those whose setup failed,
+    are neither."""
+    running: dict[str, int] = {}
+    launching: dict[str, int] = {}
+    for node in nodes:
+        gone = node.state in (NodeState.PREEMPTED, NodeState.DEAD, NodeState.STOPPED)
+        if gone or node.status is NodeStatus.FAILED:  # a failed setup: not on its way
+            continue
+        into = running if serving(node) else launching
+        into[node.node_type] = into.get(node.node_type, 0) + 1
+    return running, launching
+
+
 def sample_of(
     t: float,
     nodes: Sequence[Node],
@@ -70,23 +85,13 @@ def sample_of(
     by type, running (set up, Ray started) or launching (the rest, and `pending`: (type,
     count) of launches under way); taken-back and dead nodes, and those whose setup failed, are
     not counted. The cost is their prices' sum, None when one is not known."""
-    running: dict[str, int] = {}
-    launching: dict[str, int] = {}
-    cost: float | None = 0.0
-    counted: list[str] = []
-    for node in nodes:
-        gone = node.state in (NodeState.PREEMPTED, NodeState.DEAD, NodeState.STOPPED)
-        if gone or node.status is NodeStatus.FAILED:  # a failed setup: not on its way
-            continue
-        into = running if serving(node) else launching
-        into[node.node_type] = into.get(node.node_type, 0) + 1
-        counted.append(node.node_type)
+    running, launching = by_type(nodes)
     for node_type, count in pending:
         launching[node_type] = launching.get(node_type, 0) + count
-        counted += [node_type] * count
-    for name in counted:
+    cost: float | None = 0.0
+    for name, count in (*running.items(), *launching.items()):
         price = prices.get(name)
-        cost = None if cost is None or price is None else cost + price
+        cost = None if cost is None or price is None else cost + price * count
     types = sorted(set(running) | set(launching))
     counts = {
         n: TypeCount(running.get(n, 0), launching.get(n, 0), spot.get(n, False)) for n in types

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.autoscaler.telemetry import by_type
 from launcher.cluster.ops import AutoscalerState
 from launcher.ledger.record import ClusterRecord, ClusterState, NodeRecord
 from launcher.ledger.record import Run as NodeRun
@@ -247,17 +248,17 @@ def sample_of(
     nodes: Sequence[Node], autoscaler: AutoscalerState | None, now: float
 ) -> dict[str, Any]:
     """A timeline-shaped sample of what a poll saw (for clusters whose head keeps none)."""
-    by_type: dict[str, dict[str, int]] = {}
-    for node in nodes:
-        counts = by_type.setdefault(node.node_type, {"running": 0, "launching": 0})
-        alive = node.state.value == "running" and node.status.value == "up-to-date"
-        counts["running" if alive else "launching"] += 1
+    running, launching = by_type(nodes)  # counted as the head's own samples count them
+    counts = {
+        name: {"running": running.get(name, 0), "launching": launching.get(name, 0)}
+        for name in sorted(set(running) | set(launching))
+    }
     pending: dict[str, float] = {}
     if autoscaler is not None:
         for resources, count in autoscaler.pending:
             for name, amount in resources.items():
                 pending[name] = pending.get(name, 0.0) + amount * count
-    return {"kind": "sample", "t": now, "nodes": by_type, "pending": pending}
+    return {"kind": "sample", "t": now, "nodes": counts, "pending": pending}
 
 
 def run_rows(runs: Sequence[Run], now: float) -> list[dict[str, Any]]:

@@ -203,7 +203,9 @@ def _executor(capacity: Mapping[tuple[str, str], int]) -> tuple[Executor, _Gated
     config = parse_config(CONFIG, "fb.yaml")
     cloud = _Gated(config, capacity)
     logged: list[str] = []
-    executor = Executor(cloud, config, lambda text, action: logged.append(text), max_batch=10)
+    executor = Executor(
+        cloud, config, lambda text, action, node_type: logged.append(text), max_batch=10
+    )
     return executor, cloud, logged
 
 

@@ -184,6 +184,9 @@ def test_the_daemon_records_decisions_failures_reclaims_and_samples(
     }
     fallbacks = [e for e in events if isinstance(e, Decision) and e.action == "fallback"]
     assert fallbacks, [e for e in events if isinstance(e, Decision)]
+    # The executor's decisions (capacity failures and reclaims) name their type too.
+    capacity = [e for e in events if isinstance(e, Decision) and e.action == "capacity"]
+    assert capacity and {e.node_type for e in capacity} == {"spot"}, capacity
     samples = [e for e in events if isinstance(e, Sample)]
     assert samples[0].nodes["spot"] == TypeCount(0, 2, True)  # launching: not set up
     last = samples[-1]

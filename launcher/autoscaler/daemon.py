@@ -175,7 +175,9 @@ class Daemon:
         self.executor = Executor(
             provider,
             config,
-            self._decided,
+            lambda text, action, node_type: self._decided(
+                text, action, Decision(action, text, node_type)
+            ),
             clock=clock,
             wall_clock=wall_clock,
             on_done=self._launch_done,

@@ -52,7 +52,7 @@ class _Outcome:
 class Executor:
     provider: NodeProvider
     config: ClusterConfig
-    log: Callable[[str, Action], None]  # (text, kind) -> decision log
+    log: Callable[[str, Action, str], None]  # (text, kind, node type) -> decision log
     capacity: CapacityMemory = field(default_factory=CapacityMemory)
     launch_backoff: TypeBackoff = field(
         default_factory=lambda: TypeBackoff("launches failed", after=1, base_s=5.0)
@@ -152,14 +152,17 @@ class Executor:
                         f"{launch.node_type}: {what} in {zone or 'its zone'}{made}; "
                         f"avoiding it for {wait:g} s",
                         Action.CAPACITY,
+                        launch.node_type,
                     )
             else:
                 self.log(
-                    f"launch of {launch.count} x {launch.node_type} failed: {error}", Action.ERROR
+                    f"launch of {launch.count} x {launch.node_type} failed: {error}",
+                    Action.ERROR,
+                    launch.node_type,
                 )
                 what_next = self.launch_backoff.failed(launch.node_type, now)
                 if what_next:
-                    self.log(what_next, Action.BACKOFF)
+                    self.log(what_next, Action.BACKOFF, launch.node_type)
         return created
 
     def preempted(self, node: Node, *, notice: bool = False) -> None:
@@ -171,6 +174,7 @@ class Executor:
             f"{node.node_type}: {node.id} {what} in {node.zone or 'its zone'}; "
             f"avoiding it for {wait:g} s",
             Action.CAPACITY,
+            node.node_type,
         )
 
     # -- what the planner needs to know ------------------------------------------------

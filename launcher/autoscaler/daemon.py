@@ -112,7 +112,7 @@ class KeptChoice:
     file: str = ""  # where the audit appends mismatches (LAUNCHER_DECISION_AUDIT=PATH)
     key: TickKey | None = None
     choice: Choice | None = None
-    ticks: int = 0  # ticks that kept it
+    ticks: int = 0  # ticks that kept it (in audit mode: would have)
     mismatches: int = 0
 
 
@@ -370,8 +370,9 @@ class Daemon:
         )
         kept = self.kept.choice if key is not None and key.same_as(self.kept.key) else None
         self._trace(facts, kept is not None)
+        if kept is not None:
+            self.kept.ticks += 1  # kept, or in audit mode would have been
         if kept is not None and not self.kept.audit:
-            self.kept.ticks += 1
             self.kept.key = key  # the same, with this listing's nodes: compared by identity
             return kept
         started = time.perf_counter()

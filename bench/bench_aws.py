@@ -1,8 +1,10 @@
 """Our EC2 provider against Ray's (`AWSNodeProvider`), both against the same moto EC2 server
 (fakes/aws/server.py's MotoServer on 127.0.0.1) in one run: wall time and EC2 API calls (by
-action, from the server's call log) to launch N workers, list them, terminate them until a
-listing shows none, launch N when the first subnet's zone has no capacity, and, with
-cache_stopped_nodes, launch, stop and relaunch (reusing the stopped) N workers.
+action, from the server's call log) to launch N workers, list them, tick an idle minute
+of autoscaling over them (our daemon's 60 ticks against Ray's 12 updates' provider calls),
+terminate them until a listing shows none, launch N when the first subnet's zone has no
+capacity, and, with cache_stopped_nodes, launch, stop and relaunch (reusing the stopped) N
+workers.
 
     .venv/bin/python bench/bench_aws.py [--repeat 3] [--workers 1,20] [--stopped-workers 1,5]
         [--no-failover] [--verbose]
@@ -41,6 +43,7 @@ from urllib.parse import parse_qsl, urlencode
 from bench import common
 from bench.common import expect, show_time, silence_ray_logs
 from fakes.aws.server import MotoServer, amazon_image, loopback_vpc
+from launcher.autoscaler.daemon import Daemon
 from launcher.config.loader import Overrides, parse_config
 from launcher.providers.aws.clients import AwsClients
 from launcher.providers.aws.provider import AwsProvider
@@ -50,6 +53,8 @@ CLUSTER = "bench-aws"
 INSTANCE_TYPE = "m5.large"
 LISTINGS = 10  # listings in a row, with N running
 GONE_WAIT_S = 30.0  # at most, after terminating, for a listing that shows none
+TICKS_OURS = 60  # an idle minute of ticks: our daemon ticks every 1 s
+TICKS_RAY = 12  # Ray's autoscaler updates every 5 s
 T = TypeVar("T")
 
 
@@ -119,6 +124,8 @@ class Side(Protocol):
     def terminate(self, ids: Sequence[str]) -> None: ...
 
     def zone_of(self, node_id: str) -> str: ...
+
+    def tick(self) -> None: ...
 
 
 class Ours:
@@ -192,6 +199,26 @@ head_node_type: head
     def zone_of(self, node_id: str) -> str:
         return self._zones[node_id]
 
+    def tick(self) -> None:
+        """A minute of the real daemon (launcher/autoscaler/daemon.py) with nothing to change:
+        60 ticks at its 1 s interval on a clock that moves 1 s per tick (no head here, so
+        no Ray demand: it keeps what is there); its state files go to the bench's home."""
+        assert self._home is not None
+        clock = _Clock()
+        home = os.environ.get("HOME")
+        os.environ["HOME"] = self._home.name
+        daemon = Daemon(self.provider, self.provider.config, clock=clock)
+        try:
+            for _ in range(TICKS_OURS):
+                daemon.tick()
+                clock.now += 60.0 / TICKS_OURS
+        finally:
+            daemon.executor.shutdown()
+            if home is not None:
+                os.environ["HOME"] = home
+        expect(f"{self.label}: the daemon acted", not daemon.executor.pending())
+        expect(f"{self.label}: listed {daemon.listing.reads} times", daemon.listing.reads <= 12)
+
     def close(self) -> None:
         if self._home is not None:
             self._home.cleanup()
@@ -259,6 +286,31 @@ class Ray:
     def zone_of(self, node_id: str) -> str:
         return self._zones[node_id]
 
+    def tick(self) -> None:
+        """A minute of Ray's autoscaler with nothing to change: 12 updates (its 5 s
+        interval), each making the provider calls of one update of Ray's v1 autoscaler, as
+        bench_gcp.py counts them: one listing, every node's tags read three times and its
+        address twice (answered from the provider's cache of that listing)."""
+        provider = self._provider
+        for _ in range(TICKS_RAY):
+            ids = provider.non_terminated_nodes({})
+            for node_id in ids:
+                provider.node_tags(node_id)
+            for node_id in ids:
+                provider.node_tags(node_id)
+                provider.node_tags(node_id)
+                provider.internal_ip(node_id)
+            for node_id in ids:
+                provider.internal_ip(node_id)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
 
 # -- measuring ------------------------------------------------------------------------------
 
@@ -305,11 +357,13 @@ def one_round(server: MotoServer, side: Side, count: int, quiet: bool) -> dict[s
         expect(
             f"{side.label}: listed {len(listed[-1])} of {count}", sorted(listed[-1]) == sorted(ids)
         )
+        _, tick = timed(server, side.tick)
         _, terminate = timed(server, lambda: side.terminate(ids))
         _, after = timed(server, lambda: listings_until_gone(side, ids))
     return {
         "launch": launch,
         "list": listing,
+        "tick": tick,
         "terminate": terminate,
         "gone": plus(terminate, after),
     }
@@ -374,6 +428,7 @@ def show_calls(measure: Measure, per: int = 1) -> str:
 ROWS = {
     "launch": "launch N workers",
     "list": f"list, per call ({LISTINGS} in a row)",
+    "tick": "an idle minute of autoscaler ticks (ours 60, Ray's 12)",
     "terminate": "terminate N",
     "gone": "terminate N until a listing shows none",
     "failover": "launch N, first zone out of capacity",

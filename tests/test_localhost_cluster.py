@@ -49,6 +49,25 @@ def cluster(
     kill_cluster(name)
 
 
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """One cluster, up, shared by the tests that need a running cluster and leave it
+    running: a worker replaced, the head's commands, a config change restarting the
+    autoscaler (last: it changes the file). Each brought its own up and down (~8 s)."""
+    tmp = tmp_path_factory.mktemp("running")
+    name, path = "trunning", tmp / "cluster.yaml"
+    path.write_text(cluster_config(name, extra="setup_commands: [echo ran >> ~/setup-count]\n"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LAUNCHER_HOME", str(tmp / "launcher-home"))
+        try:
+            up = run("up", "-y", str(path))
+            assert up.returncode == 0, up.stdout + up.stderr
+            yield name, path
+        finally:
+            run("down", "-y", str(path), timeout=120)
+            kill_cluster(name)
+
+
 def _setup_count(name: str, node_id: str) -> int:
     count = cluster_dir(name) / "localhost" / "nodes" / node_id / "home" / "setup-count"
     return len(count.read_text().splitlines()) if count.exists() else 0
@@ -111,9 +130,8 @@ def test_two_ups_at_once_never_make_two_heads(cluster: tuple[str, Path]) -> None
     assert [n["kind"] for n in status(path)["nodes"]].count("head") == 1
 
 
-def test_killed_worker_is_replaced(cluster: tuple[str, Path]) -> None:
-    name, path = cluster
-    assert run("up", "-y", str(path)).returncode == 0
+def test_killed_worker_is_replaced(running: tuple[str, Path]) -> None:
+    name, path = running
     worker = next(n for n in status(path)["nodes"] if n["kind"] == "worker")
     raylet = next(
         p for p in snapshot() if p.tagged(key_of(name), worker["id"]) and "raylet" in p.command
@@ -175,8 +193,8 @@ def test_submit_interrupted_still_tears_down(cluster: tuple[str, Path], tmp_path
     _assert_gone(name)
 
 
-def test_head_commands(cluster: tuple[str, Path], tmp_path: Path) -> None:
-    name, path = cluster
+def test_head_commands(running: tuple[str, Path], tmp_path: Path) -> None:
+    name, path = running
     up = run("up", "-y", "--json", "--log-style", "record", str(path))
     assert up.returncode == 0, up.stderr
     summary = json.loads(up.stdout)
@@ -305,9 +323,9 @@ def test_several_workers_start_at_once(tmp_path: Path, launcher_home: Path) -> N
 
 
 def test_config_change_restarts_the_autoscaler_and_port_forward_works(
-    cluster: tuple[str, Path], tmp_path: Path
+    running: tuple[str, Path], tmp_path: Path
 ) -> None:
-    _name, path = cluster
+    _name, path = running
     assert run("up", "-y", str(path)).returncode == 0
     path.write_text(path.read_text().replace("idle_timeout_minutes: 1", "idle_timeout_minutes: 2"))
     again = run("up", "-y", str(path))

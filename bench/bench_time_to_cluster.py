@@ -536,6 +536,7 @@ class Bench:
                 result.rows["restart+alive"] = self.wait_alive(
                     ran.start, f"{side.label} {row}", not_gcs=before
                 )
+        self.keep_head_logs(side)
         result.rows["down"] = self.down(side, result)
         return result
 
@@ -552,6 +553,23 @@ class Bench:
         if result is not None:
             result.calls["down"] = self.server.calls_between(ran.start, max(gone, ran.end))
         return max(gone, ran.end) - ran.start
+
+    def keep_head_logs(self, side: Side) -> None:
+        """Copy the head's autoscaler logs (Ray's monitor, our daemon) into the log directory
+        before `down` takes the host away."""
+        key, value = side.head_tag
+        for view in self.server.instances():
+            host = self.hosts.host(view.id)
+            if view.state != "running" or view.tags.get(key) != value or host is None:
+                continue
+            with contextlib.suppress(OSError):  # every Ray session's (a restart makes one)
+                for log in sorted(host.path("/tmp/ray").glob("session_2*/logs/monitor*")):
+                    name = f"{self.procs.count:03d}-head-{log.parts[-3]}-{log.name}"
+                    shutil.copy(log, self.procs.log_dir / name)
+            with contextlib.suppress(OSError):
+                for log in sorted(host.path("~/.launcher").rglob("*.log")):
+                    name = "-".join(log.relative_to(host.path("~/.launcher")).parts)
+                    shutil.copy(log, self.procs.log_dir / f"{self.procs.count:03d}-head-{name}")
 
     def wait_marks(self, side: Side, name: str, timeout: float = 60) -> None:
         """Until every node of the cluster has mark `name` (untimed), at most `timeout` s."""
@@ -686,6 +704,10 @@ def show(value: float | None) -> str:
     return "-" if value is None else f"{value:6.2f}"
 
 
+def earliest(values: Sequence[float | None]) -> float | None:
+    return min((v for v in values if v is not None), default=None)
+
+
 def latest(values: Sequence[float | None]) -> float | None:
     return max((v for v in values if v is not None), default=None)
 
@@ -717,6 +739,7 @@ def breakdown(rounds: Sequence[Round]) -> str:
         )
         for label, kind, agg in (
             ("head", "head", med),
+            ("worker first", "worker", earliest),
             ("worker median", "worker", med),
             ("worker last", "worker", latest),
         ):
@@ -728,6 +751,15 @@ def breakdown(rounds: Sequence[Round]) -> str:
                 f"  {label:14} "
                 + " ".join(f"{show(v):>{9 if i == 5 else 8}}" for i, v in enumerate(values))
             )
+        middle = sorted(mine, key=lambda r: r.rows["up"])[len(mine) // 2]
+        launches = [
+            f"{c.end - middle.start:.1f} s: {len(c.launched)} from "
+            + ("the head" if c.origin else "here")
+            for c in middle.calls["up"]
+            if c.action == "RunInstances"
+        ]
+        out.append("  RunInstances in the median up (s after the command: instances, caller):")
+        out.append("  - " + ", ".join(launches))
         out.append(f"{side}: calls to the fake (median of repeats; time inside the fake)")
         for row in ("up", "noop", "restart", "down"):
             per = [r.calls[row] for r in mine if row in r.calls]

@@ -78,12 +78,13 @@ def test_a_tune_sweep_resumes_the_trials_of_a_reclaimed_spot_worker(
 ) -> None:
     storage, summary = tmp_path / "results", tmp_path / "summary.json"
     # The reclaim comes at step 5 (the second checkpoint); the lost trials resume there
-    # and run their remaining steps, which are time and no further check.
+    # and run their remaining steps, which are time and no further check (as is a step's
+    # length: half a second, not the example's default second).
     steps = 15
     process = start(
         "submit", str(CLUSTER), str(REPO / "examples" / "tune_sweep.py"),
-        "--start", "--stop", "--steps", str(steps), "--storage-path", str(storage),
-        "--summary", str(summary),
+        "--start", "--stop", "--steps", str(steps), "--step-seconds", "0.5",
+        "--storage-path", str(storage), "--summary", str(summary),
     )  # fmt: skip
     # Mid-sweep: every trial has two checkpoints (so the driver has heard of one).
     wait_for(

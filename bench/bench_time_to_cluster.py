@@ -37,6 +37,10 @@ propagate (bootstrap_aws). Both sides' own bootstrap (security group, our IAM ro
 by their first `up` of the run (repeat 1) and reused after. On exit (also on failure or
 Ctrl-C) both sides' `down` runs, every instance left is terminated in the fake and every
 host is stopped.
+
+AWS only: Ray's GCP provider builds its Google API clients with no endpoint option (and
+fetches their discovery documents from Google), so nothing in its environment sends a
+`ray up` process, or Ray's monitor on the head, to the GCE fake without patching Ray.
 """
 
 from __future__ import annotations

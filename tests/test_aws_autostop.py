@@ -51,9 +51,9 @@ def test_autostop_stops_the_idle_cluster_and_up_starts_the_same_instances_again(
     assert sorted(first.values()) == ["head", "worker"]
     shown = aws.run("status", str(aws.path))
     assert "Autostop: off" in shown.stdout, shown.stdout
-    set_it = aws.run("autostop", str(aws.path), "-i", "0.1")
+    set_it = aws.run("autostop", str(aws.path), "-i", "0.05")
     assert set_it.returncode == 0, set_it.stderr
-    assert "Autostop set for cluster aws-e2e: stop after 0.1 min idle" in set_it.stdout
+    assert "Autostop set for cluster aws-e2e: stop after 0.05 min idle" in set_it.stdout
     # The head acts alone: the idle cluster's workers and then its head are stopped.
     wait_for(
         lambda: {i["InstanceId"] for i in aws.instances("stopped")} == set(first),

@@ -869,8 +869,16 @@ def setup(stack: contextlib.ExitStack, args: argparse.Namespace) -> tuple[Bench,
     return bench, order
 
 
+def interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main() -> None:
     args = parse_args()
+    # Ctrl-C and SIGTERM clean up (SIGINT also when started in the background by a shell,
+    # which would otherwise ignore it).
+    signal.signal(signal.SIGINT, interrupted)
+    signal.signal(signal.SIGTERM, interrupted)
     started = time.monotonic()
     load_before = os.getloadavg()
     rounds: list[Round] = []

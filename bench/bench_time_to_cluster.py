@@ -142,7 +142,9 @@ RAY_OPTIONS = (
 )
 
 
-def cluster_yaml(workers: int, ami: str, subnet: str, key: Path, files: Path) -> str:
+def cluster_yaml(
+    workers: int, ami: str, subnet: str, key: Path, files: Path, speed: float | None = None
+) -> str:
     node_config = (
         f"{{InstanceType: m5.large, ImageId: {ami}, SubnetIds: [{subnet}], KeyName: {KEY_NAME}}}"
     )
@@ -153,7 +155,8 @@ def cluster_yaml(workers: int, ami: str, subnet: str, key: Path, files: Path) ->
     return (
         f"cluster_name: {CLUSTER}\n"
         f"max_workers: {workers}\n"
-        "idle_timeout_minutes: 5\n"
+        + (f"upscaling_speed: {speed:g}\n" if speed is not None else "")
+        + "idle_timeout_minutes: 5\n"
         "provider:\n"
         "  type: aws\n"
         "  region: us-west-2\n"
@@ -813,6 +816,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--provider", choices=("aws",), default="aws", help="only aws so far")
     parser.add_argument("--sides", default="ray,ours", help="ray,ours (default), ray or ours")
     parser.add_argument("--logs", type=Path, help="keep every command's output here")
+    parser.add_argument(
+        "--upscaling-speed",
+        type=float,
+        help="write upscaling_speed into the cluster file (default: none, each side's default)",
+    )
     args = parser.parse_args()
     if args.repeat < 1 or not 1 <= args.workers <= 40:
         raise SystemExit("bench_time_to_cluster: --repeat >= 1 and --workers 1..40")
@@ -856,7 +864,7 @@ def setup(stack: contextlib.ExitStack, args: argparse.Namespace) -> tuple[Bench,
     hosts = stack.enter_context(InstanceHosts(server))
     ami, subnet = prepare_account(server, key)
     config = work / "cluster.yaml"
-    config.write_text(cluster_yaml(args.workers, ami, subnet, key, files))
+    config.write_text(cluster_yaml(args.workers, ami, subnet, key, files, args.upscaling_speed))
     procs = Processes(environment(server, work), server.url, log_dir)
     watcher = Watcher(server, hosts)
     watcher.start()

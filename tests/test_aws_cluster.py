@@ -25,6 +25,7 @@ from fakes.aws.server import (
     tag,
 )
 from fakes.hosts.ssh import COUNT_NODES, isolation_unavailable
+from launcher.cluster.lifecycle import SKIPPED_BOOTSTRAP
 from tests.aws_clusters import AwsCluster, aws_config, running_cluster
 from tests.cluster_helpers import wait_for
 
@@ -106,6 +107,7 @@ def test_up_runs_ray_on_ec2_instances(aws: AwsCluster) -> None:
 
 def test_second_up_finds_the_same_head_and_reruns_nothing(aws: AwsCluster) -> None:
     before = {i["InstanceId"] for i in aws.instances()}
+    aws.server.clear_calls()
     result = aws.run("up", "-y", str(aws.path))
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
@@ -114,6 +116,17 @@ def test_second_up_finds_the_same_head_and_reruns_nothing(aws: AwsCluster) -> No
     assert {i["InstanceId"] for i in aws.instances()} == before
     head = next(i for i in aws.instances() if tag(i, "launcher-node-kind") == "head")
     assert aws.hosts.host(head["InstanceId"]).path("~/setup.log").read_text().count("\n") == 1
+    # Nothing changed since the last up bootstrapped this config: one listing, no bootstrap.
+    assert SKIPPED_BOOTSTRAP in out
+    mine = [c.action for c in aws.server.calls() if c.call.origin is None]
+    assert mine and set(mine) == {"DescribeInstances"}, mine
+    # --no-config-cache looks at the cloud's resources again (and finds them there).
+    aws.server.clear_calls()
+    again = aws.run("up", "-y", "--no-config-cache", str(aws.path))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert SKIPPED_BOOTSTRAP not in again.stdout + again.stderr
+    looked = {c.action for c in aws.server.calls() if c.call.origin is None}
+    assert {"DescribeSecurityGroups", "GetInstanceProfile"} <= looked, looked
 
 
 def test_a_reclaimed_spot_worker_is_replaced_by_its_fallback(aws: AwsCluster) -> None:

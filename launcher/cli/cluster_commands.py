@@ -63,7 +63,8 @@ def cache_option(f: F) -> F:
     return click.option(
         "--no-config-cache",
         is_flag=True,
-        help="Accepted for compatibility with `ray`; the launcher keeps no config cache.",
+        help="With `up`: bootstrap the provider's resources again even when the last `up` "
+        "bootstrapped this very config (see `launcher up`); accepted elsewhere, as by `ray`.",
     )(f)
 
 
@@ -316,6 +317,7 @@ def up(
             wait_for_workers=not no_wait,
             extra_env=usage_stats_env(disable_usage_stats),
             env_options=env,
+            use_receipt=not no_config_cache,
         ),
         quiet=as_json,
     )

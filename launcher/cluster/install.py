@@ -74,13 +74,22 @@ def _requirements(extra: str | None = None) -> list[str]:
     return [r.split(";")[0].strip() for r in required if marker in r]
 
 
-def build_wheel() -> Wheel:
-    """The running launcher as a wheel (built once per content, cached in $LAUNCHER_HOME)."""
-    files = _package_files()
+def _digest(files: list[tuple[str, bytes]]) -> str:
     hasher = hashlib.sha256()
     for name, data in files:
         hasher.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
-    digest = hasher.hexdigest()[:16]
+    return hasher.hexdigest()[:16]
+
+
+def package_digest() -> str:
+    """The running launcher's digest: that of the wheel `build_wheel` makes of it."""
+    return _digest(_package_files())
+
+
+def build_wheel() -> Wheel:
+    """The running launcher as a wheel (built once per content, cached in $LAUNCHER_HOME)."""
+    files = _package_files()
+    digest = _digest(files)
     version = f"{launcher.__version__}+{digest}"
     stem = launcher.DISTRIBUTION.replace("-", "_")  # a wheel's file name form
     path = launcher_home() / "wheels" / f"{stem}-{version}-py3-none-any.whl"

@@ -28,6 +28,7 @@ from launcher.cluster.head import (
 )
 from launcher.cluster.install import PythonChoice, install_on_head, place_ssh_access
 from launcher.cluster.lock import ClusterLock
+from launcher.cluster.receipt import bootstrap_key, read_receipt, write_receipt
 from launcher.config.loader import Overrides, parse_config, read_config_file
 from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError, UsageError
@@ -47,7 +48,14 @@ from launcher.providers.base import (
 from launcher.providers.factory import make_provider
 from launcher.providers.registry import provider_spec
 from launcher.runners.ssh import SSHNotAnsweringError
-from launcher.updater.updater import FAILED_LINE, UPDATING_LINE, NodeUpdater, UpdateOptions
+from launcher.updater.hashing import node_hashes
+from launcher.updater.updater import (
+    FAILED_LINE,
+    UPDATING_LINE,
+    NodeUpdater,
+    UpdateOptions,
+    decide_steps,
+)
 
 Confirm = Callable[[str], bool]
 
@@ -69,6 +77,16 @@ class UpOptions:
     # environment; or `secret_env` when given (a run's recovery holds them already).
     env_options: tuple[str, ...] = ()
     secret_env: Mapping[str, str] | None = None
+    # Skip the provider's bootstrap when the last up's receipt says it bootstrapped this
+    # very config and the head is up with nothing to update (cluster/receipt.py); False:
+    # `up --no-config-cache`.
+    use_receipt: bool = True
+
+
+SKIPPED_BOOTSTRAP = (
+    "cloud resources not checked: the last up made them for this very config "
+    "(--no-config-cache checks them)"
+)
 
 
 @dataclass(frozen=True)
@@ -138,9 +156,14 @@ def up(
     with ClusterLock(
         config.cluster_name, "launcher up", on_wait=lambda m: events(Message(m, "warning"))
     ):
-        for made in provider.bootstrap(options.ready_timeout_s):
-            events(Message(made))
-        head, created, listed = _head(provider, config, events, confirm, options.head_type)
+        key = bootstrap_key(text, config.cluster_name)
+        current = _current_listing(provider, config, options, key)
+        if current is None:
+            for made in provider.bootstrap(options.ready_timeout_s):
+                events(Message(made))
+        else:
+            events(Message(SKIPPED_BOOTSTRAP))
+        head, created, listed = _head(provider, config, events, confirm, options.head_type, current)
         note_listing(config, [*listed, head], config_text=text)
         steps = NodeUpdater(
             provider,
@@ -169,6 +192,7 @@ def up(
             )
         daemon = ensure_daemon(session, spec, python)
         events(Message(f"autoscaler {daemon} on the head"))
+        write_receipt(config.cluster_name, key)
     workers: tuple[Node, ...] = ()
     if options.wait_for_workers:
         # When this up changed nothing, the workers are as listed at its start.
@@ -210,16 +234,41 @@ def _prepare_remote_head(
     return dataclasses.replace(spec, launcher_digest=wheel.digest, head_key=placed), wheel.python
 
 
+def _current_listing(
+    provider: NodeProvider, config: ClusterConfig, options: UpOptions, key: str
+) -> list[Node] | None:
+    """The cluster's listing when this up need not bootstrap: the last up's receipt names
+    `key` and the listing shows one head, running, whose tags say it has nothing to update.
+    None: bootstrap first."""
+    if not options.use_receipt or read_receipt(config.cluster_name) != key:
+        return None
+    listed = provider.nodes()
+    heads = [n for n in listed if n.kind is NodeKind.HEAD]
+    if len(heads) != 1 or heads[0].state is not NodeState.RUNNING:
+        return None
+    head = heads[0]
+    steps = decide_steps(
+        head.tags,
+        node_hashes(config, head.node_type, head=True, cwd=Path.cwd()),
+        ray_running=head.status is NodeStatus.UP_TO_DATE,
+        restart_only=options.restart_only,
+        no_restart=options.no_restart,
+        sync_always=config.file_mounts_sync_continuously,
+    )
+    return listed if steps.nothing else None
+
+
 def _head(
     provider: NodeProvider,
     config: ClusterConfig,
     events: EventSink,
     confirm: Confirm,
     head_type: str | None = None,
+    listed: list[Node] | None = None,
 ) -> tuple[Node, bool, list[Node]]:
     """The head (created when there is none), whether it was created, and the nodes as
-    listed before."""
-    listed = provider.nodes()
+    listed before (`listed`: as just listed)."""
+    listed = provider.nodes() if listed is None else listed
     taken = [n for n in listed if n.kind is NodeKind.HEAD and n.state is NodeState.PREEMPTED]
     if taken:
         # A head the provider took back (a spot reclaim) runs nothing: a new one replaces it.

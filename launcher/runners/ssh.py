@@ -48,6 +48,7 @@ from launcher.runners.shell import (
     login_shell_argv,
     reporting_pid,
 )
+from launcher.runners.ssh_keys import rsa_key
 from launcher.runners.ssh_target import SSHTarget
 
 __all__ = ["SSHNotAnsweringError", "SSHRunner", "SSHTarget"]
@@ -111,15 +112,17 @@ class SSHRunner:
             for key in self.known_hosts.keys_for(name, self.node):
                 client.get_host_keys().add(name, key.get_name(), key)
             client.set_missing_host_key_policy(_RecordFirstContact(self.known_hosts, self.node))
+            path = self.target.key_path
+            key_file = str(Path(path).expanduser()) if path else None
+            pkey = rsa_key(key_file) if key_file else None
             sock = self._open_socket()
             try:
                 client.connect(
                     self.target.host,
                     port=self.target.port,
                     username=self.target.user,
-                    key_filename=str(Path(self.target.key_path).expanduser())
-                    if self.target.key_path
-                    else None,
+                    pkey=pkey,
+                    key_filename=key_file if pkey is None else None,
                     look_for_keys=self.target.key_path is None,
                     allow_agent=self.target.key_path is None,
                     timeout=self.connect_timeout_s,

@@ -383,10 +383,15 @@ def wait_for_min_workers(
     in_setup: dict[str, Node] = {}
     failures = _Failures(events)
     first = [n for n in listed if n.kind is NodeKind.WORKER] if listed is not None else None
+    pause = POLL_S[0]
     while True:
         workers = first if first is not None else provider.workers()
         first = None
+        before = dict(seen)
         _report_changes(workers, seen, events)
+        # Soon again after a change (the next stage is near), else less often: each look
+        # is an API call against the account's rate limit (on EC2, DescribeInstances).
+        pause = POLL_S[0] if seen != before else min(pause * 2, POLL_S[1])
         ready = [n for n in workers if n.status is NodeStatus.UP_TO_DATE]
         if all(sum(n.node_type == t for n in ready) >= c for t, c in wanted.items()):
             return tuple(ready)
@@ -407,10 +412,11 @@ def wait_for_min_workers(
                 + (f"; the last failure: {failures.last}" if failures.last else "")
                 + f"; see `launcher monitor {config.source}`"
             )
-        time.sleep(0.25)
+        time.sleep(pause)
 
 
 SETUP_FAILURES_PER_TYPE = 2  # in one wait for min_workers: the first is retried
+POLL_S = (0.25, 1.0)  # between looks at the workers: after a change, and at the longest
 
 
 class _Failures:

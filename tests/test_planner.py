@@ -98,6 +98,20 @@ def test_upscaling_speed_limits_nodes_starting_at_once() -> None:
     assert any("at most 5 may start at once" in str(d) for d in result.decisions)
 
 
+def test_min_workers_come_up_in_one_wave_and_count_as_starting() -> None:
+    """The floor the config asks for is not capped (8 at once, not 5 then 3), and it uses
+    up the cap for demand: none of the 40 pending bundles' nodes launch in this round."""
+    cpu4 = TypeInfo("cpu4", {"CPU": 4}, 8, 40)
+    result = plan(
+        Snapshot((HEAD,), pending=(({"CPU": 4}, 40),)),
+        settings(types={"cpu4": cpu4}, max_workers=40, upscaling_speed=1.0),
+    )
+    assert result.launch == {"cpu4": 8}
+    launches = [d for d in result.decisions if d.action == "launch"]
+    assert [d.count for d in launches] == [8] and "min_workers" in launches[0].reason
+    assert any("launching 8 of" in str(d) for d in result.decisions)
+
+
 def test_idle_workers_go_but_never_below_min() -> None:
     typed = TypeInfo("cpu4", {"CPU": 4}, 1, 10)
     nodes = (

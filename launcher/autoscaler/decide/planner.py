@@ -15,7 +15,10 @@ Order of work, each step seeing what the previous ones placed:
    every node is charged `Settings.node_overhead` on top of its price, so fewer bigger
    nodes win when they cost little more);
 4. `request_resources` constraints, fitted to the cluster's total (not free) capacity;
-5. `upscaling_speed` caps how many nodes may be starting at once;
+5. `upscaling_speed` caps how many nodes may be starting at once, but for min_workers: the
+   floor the config asks for is launched in one wave (it counts as starting for the rest;
+   Ray caps it too, so a cloud's `min_workers: 8` came up as five, then three once those
+   had booted);
 6. idle workers beyond min_workers, untouched by this round's placements, are terminated.
 Demand no node type can ever hold is reported as infeasible and launches nothing.
 
@@ -376,7 +379,7 @@ def plan(snapshot: Snapshot, settings: Settings, *, record: bool = False) -> Pla
     _place_tasks(state, snapshot.pending)
     _tidy(state, *after_min, tidy_prices)
     _place_constraints(state, snapshot.constraints)
-    launch, stand_ins = _limit_upscaling(state, snapshot)
+    launch, stand_ins = _limit_upscaling(state, snapshot, after_min[1])
     terminate = _idle(state, snapshot, settings)
     for type_name, fallback in state.fell_back:
         if launch[fallback] > 0:  # said only when the fallback is launched now
@@ -769,9 +772,10 @@ def _place_constraints(state: _State, constraints: Sequence[Resources]) -> None:
 
 
 def _limit_upscaling(
-    state: _State, snapshot: Snapshot
+    state: _State, snapshot: Snapshot, for_min: int
 ) -> tuple[Counter[str], Counter[tuple[str, str]]]:
-    """The launches that upscaling_speed lets through now, and which of them stand in."""
+    """The launches that upscaling_speed lets through now, and which of them stand in. The
+    first `for_min` decisions (min_workers') launch whole, and use up the budget first."""
     running = sum(1 for n in snapshot.nodes if not n.launching)
     starting = sum(1 for n in snapshot.nodes if n.launching)
     allowed = max(MIN_UPSCALING_BURST, math.ceil(state.settings.upscaling_speed * running))
@@ -780,12 +784,12 @@ def _limit_upscaling(
     limited: Counter[str] = Counter()
     stand_ins: Counter[tuple[str, str]] = Counter()
     decisions = []
-    for decision in state.decisions:  # in the order decided: min_workers, groups, tasks
+    for number, decision in enumerate(state.decisions):  # min_workers, groups, tasks
         if decision.action is not Action.LAUNCH or decision.node_type is None:
             decisions.append(decision)
             continue
-        take = min(decision.count, budget)
-        budget -= take
+        take = decision.count if number < for_min else min(decision.count, budget)
+        budget = max(0, budget - take)
         limited[decision.node_type] += take
         if decision.stands_in_for is not None:
             stand_ins[decision.node_type, decision.stands_in_for] += take

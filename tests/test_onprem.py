@@ -298,9 +298,9 @@ def test_a_head_that_refuses_then_comes_up_is_waited_for(tmp_path: Path, key: Pa
 def test_a_dropped_connection_during_setup_is_rerun(tmp_path: Path, key: Path) -> None:
     with isolated_hosts(key, "127.0.6.42", 1) as (host,):
         marker = "~/setup-runs.log"
-        path, env = _small(tmp_path, key, host.ip, f"echo run >> {marker} && sleep 4")
+        path, env = _small(tmp_path, key, host.ip, f"echo run >> {marker} && sleep 2")
 
-        def drop_once_setup_runs() -> None:  # during its `sleep 4`, however slow `up` was
+        def drop_once_setup_runs() -> None:  # during its `sleep 2`, however slow `up` was
             deadline = time.monotonic() + 240
             while not host.path(marker).exists() and time.monotonic() < deadline:
                 time.sleep(0.05)

@@ -15,7 +15,7 @@ import pytest
 
 from fakes.hosts.ssh import SSHHost, authorize, clean_home, ensure_user, make_key, user_home
 from launcher import secret_env
-from launcher.errors import HostKeyError
+from launcher.errors import HostKeyError, LauncherError
 from launcher.runners.copy import (
     SFTP_MAX_BYTES,
     CopySize,
@@ -216,6 +216,26 @@ def test_refused_then_up_and_never_up(hosts: MakeHost, key: Path, tmp_path: Path
         assert time.monotonic() < deadline, "host never came up"
         time.sleep(0.2)
     assert runner.run("echo up").ok
+
+
+def test_a_missing_key_file_is_said_at_once_not_retried(
+    hosts: MakeHost, key: Path, tmp_path: Path
+) -> None:
+    """A key that is not on this machine (`jobs list` from a second machine) is one line
+    naming the file and the fix, at once: it is not a dropped connection to try again
+    (three attempts and 2 + 4 + 8 s of backoff per node and command, before)."""
+    host = hosts(5)
+    runner = _runner(host, tmp_path / "no-such-key", tmp_path)
+    result = runner.run("echo never")
+    assert result.exit_code == 255 and "no-such-key" in result.output_tail
+    assert "is not on this machine" in result.output_tail
+    assert "auth.ssh_private_key" in result.output_tail
+    with pytest.raises(FileNotFoundError, match="no-such-key"):
+        runner.capture("true")
+    with pytest.raises(LauncherError, match="no-such-key"):
+        runner.check_ready()  # waiting for the node cannot bring the key
+    assert "attempt 1 of" not in (tmp_path / "node.log").read_text()  # never retried
+    assert runner.run("true", env={"K": key.name}).exit_code == 255  # the key is elsewhere
 
 
 def test_dropped_connection_mid_command_is_reconnected_and_rerun(

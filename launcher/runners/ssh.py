@@ -53,6 +53,12 @@ from launcher.runners.ssh_target import SSHTarget
 
 __all__ = ["SSHNotAnsweringError", "SSHRunner", "SSHTarget"]
 
+
+class KeyFileMissing(FileNotFoundError):
+    """The runner's SSH key file is not on this machine: no connection is tried, and a
+    command is not tried again (as after a dropped connection)."""
+
+
 COMMAND_ATTEMPTS = 3  # a command whose connection drops is run again, this many times in all
 KILL_WAIT_S = 10.0  # the longest a timed-out command's kill may take on the node
 CopyMethod = Literal["auto", "rsync", "sftp"]
@@ -114,6 +120,12 @@ class SSHRunner:
             client.set_missing_host_key_policy(_RecordFirstContact(self.known_hosts, self.node))
             path = self.target.key_path
             key_file = str(Path(path).expanduser()) if path else None
+            if key_file and not Path(key_file).is_file():
+                raise KeyFileMissing(
+                    f"the SSH key {key_file} for {self.target.host} is not on this machine "
+                    "(auth.ssh_private_key, or the key `launcher up` made for the cluster "
+                    "where it ran); copy it here, or point auth.ssh_private_key at it"
+                )
             pkey = rsa_key(key_file) if key_file else None
             sock = self._open_socket()
             try:
@@ -218,6 +230,8 @@ class SSHRunner:
     def check_ready(self) -> str | None:
         try:
             self._connect()  # a HostKeyError is not caught here: waiting cannot fix it
+        except KeyFileMissing as exc:  # nor can it bring the key
+            raise LauncherError(str(exc)) from None
         except SSHNotAnsweringError as exc:
             return str(exc)  # names the host
         except (OSError, EOFError, paramiko.SSHException) as exc:
@@ -256,6 +270,9 @@ class SSHRunner:
             except SSHNotAnsweringError:
                 self.close()
                 raise
+            except KeyFileMissing as exc:  # no connection was made: trying again cannot help
+                self._log(f"({exc})\n")
+                return CommandResult(255, str(exc))
             except (OSError, EOFError, paramiko.SSHException) as exc:
                 last = exc
                 self._dropped(attempt, exc, "")
@@ -295,7 +312,7 @@ class SSHRunner:
                 _, stdout, _ = client.exec_command(f"sh -c {shlex.quote(command)}", timeout=timeout)
                 output = stdout.read().decode("utf-8", errors="replace")
                 return stdout.channel.recv_exit_status(), output
-            except SSHNotAnsweringError:
+            except (SSHNotAnsweringError, KeyFileMissing):
                 self.close()
                 raise
             except (OSError, EOFError, paramiko.SSHException) as exc:
@@ -449,7 +466,7 @@ class SSHRunner:
             with self._sftp_lock:
                 try:
                     return work(self._sftp_session())
-                except SSHNotAnsweringError:
+                except (SSHNotAnsweringError, KeyFileMissing):
                     raise
                 except (EOFError, paramiko.SSHException, OSError) as exc:
                     transport = self._client.get_transport() if self._client else None

@@ -16,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from launcher.autoscaler.observe.gcs import GcsDemandReader
+from launcher.autoscaler.observe.gcs import (
+    READ_TIMEOUT_ENV,
+    READ_TIMEOUT_S,
+    GcsDemandReader,
+    read_timeout_s,
+)
 from launcher.paths import cluster_dir
 from launcher.providers.localhost.processes import snapshot
 from tests.cluster_helpers import cluster_config, key_of, kill_cluster, run, status, wait_for
@@ -27,6 +32,9 @@ NAME = "tgcs-outage"
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "launcher-home"))
+    # The head's reads of a hung GCS give up after 3 s, not 15: the same outage, sooner
+    # (the localhost head inherits this environment).
+    monkeypatch.setenv(READ_TIMEOUT_ENV, "3")
     path = tmp_path / "cluster.yaml"
     path.write_text(cluster_config(NAME, min_workers=0))
     yield path
@@ -118,3 +126,20 @@ def test_a_gcs_that_accepts_but_never_answers_costs_one_bounded_read() -> None:
         server.close()
         for conn in accepted:
             conn.close()
+
+
+def test_the_read_timeout_is_the_heads_setting_when_it_is_a_number(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(READ_TIMEOUT_ENV, raising=False)
+    assert read_timeout_s() == READ_TIMEOUT_S
+    for given, expected in (
+        ("3", 3.0),
+        ("0.5", 0.5),
+        ("0", READ_TIMEOUT_S),
+        ("x", READ_TIMEOUT_S),
+        ("nan", READ_TIMEOUT_S),
+        ("-1", READ_TIMEOUT_S),
+    ):
+        monkeypatch.setenv(READ_TIMEOUT_ENV, given)
+        assert read_timeout_s() == expected, given

@@ -49,7 +49,7 @@ from launcher.autoscaler.decide.trace import AUDIT_ENV, TRACE_ENV, encode_tick, 
 from launcher.autoscaler.decide.view import planner_settings, price_changes
 from launcher.autoscaler.endpoint import MetricsEndpoint
 from launcher.autoscaler.metrics import LOOP_EXCEPTIONS, AutoscalerMetrics, ClusterGauges
-from launcher.autoscaler.observe.gcs import GcsDemandReader, split_address
+from launcher.autoscaler.observe.gcs import GcsDemandReader, read_timeout_s, split_address
 from launcher.autoscaler.observe.head_files import open_sessions, read_autostop
 from launcher.autoscaler.observe.listing import NodeListing
 from launcher.autoscaler.spec import (
@@ -559,7 +559,7 @@ class Daemon:
         if self.reader is None or self.reader.address != address:
             if self.reader is not None:
                 self.reader.close()
-            self.reader = GcsDemandReader(address, log)
+            self.reader = GcsDemandReader(address, log, read_timeout_s())
         if self.endpoint is not None:  # at the head's address as Ray knows it
             self.reader.metrics_address = self.endpoint.serve_on(split_address(address)[0])
         demand = self.reader.read(self._stale_notices())

@@ -14,6 +14,7 @@ starts and once when it ends.
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import socket
@@ -27,6 +28,7 @@ from typing import IO
 from launcher.autoscaler.decide.demand import READY_LINE, Demand, decode, request_line
 
 READ_TIMEOUT_S = 15.0  # one read of the demand (a live GCS answers in milliseconds)
+READ_TIMEOUT_ENV = "LAUNCHER_GCS_READ_TIMEOUT_S"  # another, in seconds (> 0)
 START_TIMEOUT_S = 60.0  # the child importing Ray (seconds on a busy machine)
 PROBE_TIMEOUT_S = 1.0
 RETRY_S = (5.0, 10.0, 20.0, 40.0, 60.0)  # after a read timed out or the child died
@@ -180,3 +182,13 @@ class GcsDemandReader:
 
     def close(self) -> None:
         self._stop_child()
+
+
+def read_timeout_s() -> float:
+    """How long one read of the demand may take: READ_TIMEOUT_S, or the head's
+    LAUNCHER_GCS_READ_TIMEOUT_S when that is a positive number of seconds."""
+    try:
+        value = float(os.environ.get(READ_TIMEOUT_ENV, ""))
+    except ValueError:
+        return READ_TIMEOUT_S
+    return value if math.isfinite(value) and value > 0 else READ_TIMEOUT_S

@@ -41,7 +41,7 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
 from bench import common
-from bench.common import expect, show_time, silence_ray_logs
+from bench.common import expect, ray_update, show_time, silence_ray_logs
 from fakes.aws.server import MotoServer, amazon_image, loopback_vpc
 from launcher.autoscaler.daemon import Daemon
 from launcher.config.loader import Overrides, parse_config
@@ -291,17 +291,8 @@ class Ray:
         interval), each making the provider calls of one update of Ray's v1 autoscaler, as
         bench_gcp.py counts them: one listing, every node's tags read three times and its
         address twice (answered from the provider's cache of that listing)."""
-        provider = self._provider
         for _ in range(TICKS_RAY):
-            ids = provider.non_terminated_nodes({})
-            for node_id in ids:
-                provider.node_tags(node_id)
-            for node_id in ids:
-                provider.node_tags(node_id)
-                provider.node_tags(node_id)
-                provider.internal_ip(node_id)
-            for node_id in ids:
-                provider.internal_ip(node_id)
+            ray_update(self._provider)
 
 
 class _Clock:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from bench import common
-from bench.common import expect, show_time, silence_ray_logs, wait_for
+from bench.common import expect, ray_update, show_time, silence_ray_logs, wait_for
 from fakes.gce.server import PROJECT, GceServer
 from launcher.autoscaler.daemon import Daemon
 from launcher.config.loader import Overrides, parse_config
@@ -264,17 +264,8 @@ class Ray:
         worker's tags again (launch hash, type, status); attempt_to_recover_unhealthy_nodes
         and the LoadMetrics pruning read each node's internal_ip. All but the listing are
         answered from the provider's cache of that listing."""
-        provider = self._provider
         for _ in range(TICKS_RAY):
-            ids = provider.non_terminated_nodes({})
-            for node_id in ids:
-                provider.node_tags(node_id)
-            for node_id in ids:
-                provider.node_tags(node_id)
-                provider.node_tags(node_id)
-                provider.internal_ip(node_id)
-            for node_id in ids:
-                provider.internal_ip(node_id)
+            ray_update(self._provider)
 
     def label_one(self, node_id: str) -> None:
         self._provider.set_node_tags(node_id, {"ray-node-status": "up-to-date"})

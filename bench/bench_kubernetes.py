@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchError, expect, show_time, wait_for
+from bench.common import BenchError, expect, ray_update, show_time, wait_for
 from fakes.kube.scheduler import NodeSpec
 from fakes.kube.server import KubeServer
 from launcher.autoscaler.daemon import Daemon
@@ -237,26 +237,6 @@ head_node_type: head
         for _ in range(LISTINGS):
             self.old.non_terminated_nodes({})
         return (time.perf_counter() - started) / LISTINGS
-
-
-def ray_update(provider: Any) -> None:
-    """The provider calls of one update of Ray's v1 autoscaler (StandardAutoscaler.update,
-    ray/autoscaler/_private/autoscaler.py) with nothing to change, as bench_gcp.py models
-    them: NonTerminatedNodes lists once and reads every node's tags (its kind); the config and
-    update checks read every worker's tags twice more; the unhealthy-node check and the
-    LoadMetrics pruning read every node's internal_ip. KubeRay's BatchingNodeProvider answers
-    all but the listing from that listing; Ray 1.x's provider sent a GET for each."""
-    ids = provider.non_terminated_nodes({})
-    for node_id in ids:
-        provider.node_tags(node_id)
-    for node_id in ids:
-        provider.node_tags(node_id)
-        provider.node_tags(node_id)
-        provider.internal_ip(node_id)
-    for node_id in ids:
-        provider.internal_ip(node_id)
-    if hasattr(provider, "post_process"):
-        provider.post_process()
 
 
 class OldRayKubernetesProvider:

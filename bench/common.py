@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -104,3 +104,24 @@ def counts(
     if not found or min(found) < 1 or max(found) > top:
         raise SystemExit(f"{prog}: {option} {text!r}: give numbers from 1 to {top}")
     return found
+
+
+def ray_update(provider: Any) -> None:
+    """The provider calls of one update of Ray's v1 autoscaler (StandardAutoscaler.update,
+    ray/autoscaler/_private/autoscaler.py) with nothing to change: NonTerminatedNodes lists
+    once and reads every node's tags (its kind); the config and update checks read every
+    worker's tags twice more; the unhealthy-node check and the LoadMetrics pruning read
+    every node's internal_ip. Providers that cache their listing (AWS, GCP, KubeRay's
+    BatchingNodeProvider) answer all but the listing from it; Ray 1.x's Kubernetes
+    provider sent a GET for each. A batching provider's post_process ends the update."""
+    ids = provider.non_terminated_nodes({})
+    for node_id in ids:
+        provider.node_tags(node_id)
+    for node_id in ids:
+        provider.node_tags(node_id)
+        provider.node_tags(node_id)
+        provider.internal_ip(node_id)
+    for node_id in ids:
+        provider.internal_ip(node_id)
+    if hasattr(provider, "post_process"):
+        provider.post_process()

@@ -14,6 +14,7 @@ digest over the same Python is left alone.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -81,20 +82,22 @@ def _digest(files: list[tuple[str, bytes]]) -> str:
     return hasher.hexdigest()[:16]
 
 
+@functools.cache
 def package_digest() -> str:
-    """The running launcher's digest: that of the wheel `build_wheel` makes of it."""
+    """The running launcher's digest: that of the wheel `build_wheel` makes of it (read
+    once per process: a command runs the launcher it started with)."""
     return _digest(_package_files())
 
 
 def build_wheel() -> Wheel:
     """The running launcher as a wheel (built once per content, cached in $LAUNCHER_HOME)."""
-    files = _package_files()
-    digest = _digest(files)
+    digest = package_digest()
     version = f"{launcher.__version__}+{digest}"
     stem = launcher.DISTRIBUTION.replace("-", "_")  # a wheel's file name form
     path = launcher_home() / "wheels" / f"{stem}-{version}-py3-none-any.whl"
     if path.exists():
         return Wheel(path, digest)
+    files = _package_files()
     info = f"{stem}-{version}.dist-info"
     metadata = [
         "Metadata-Version: 2.1",

@@ -57,7 +57,10 @@ def silent() -> Iterator[SilentServer]:
 
 
 def _runner(port: int, tmp_path: Path) -> SSHRunner:
-    target = SSHTarget(HOST, "nobody", port=port, key_path=str(tmp_path / "no-key"))
+    # A key file to sign in with (never reached: these hosts stall before that).
+    key = tmp_path / "key"
+    key.write_text("never read\n")
+    target = SSHTarget(HOST, "nobody", port=port, key_path=str(key))
     known = KnownHosts(tmp_path / "known_hosts")
     return SSHRunner(target, known, tmp_path / "node.log", connect_timeout_s=1.0)
 
@@ -95,8 +98,10 @@ import sys
 from pathlib import Path
 from launcher.runners.known_hosts import KnownHosts
 from launcher.runners.ssh import SSHRunner, SSHTarget
+key = Path(sys.argv[1]) / "key"
+key.write_text("never read")  # (these hosts stall before it would be)
 for port in sys.argv[2:]:
-    target = SSHTarget("{host}", "nobody", port=int(port), key_path="/nonexistent")
+    target = SSHTarget("{host}", "nobody", port=int(port), key_path=str(key))
     runner = SSHRunner(target, KnownHosts(Path(sys.argv[1]) / "kh"), Path(sys.argv[1]) / "log",
                        connect_timeout_s=1.0)
     try:

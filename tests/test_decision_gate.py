@@ -7,6 +7,7 @@ runs every autoscaler in audit mode (tests/conftest.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from launcher.autoscaler.daemon import Daemon
-from launcher.autoscaler.decide.choice import Choice, choose
+from launcher.autoscaler.decide.choice import Choice, Facts, choose
 from launcher.autoscaler.decide.demand import Demand, RayNode
 from launcher.autoscaler.decide.gate import TickKey, idle_step, idle_thresholds, tick_key
 from launcher.autoscaler.decide.planner import Gang
@@ -50,20 +51,14 @@ def _settings() -> tuple[object, tuple[float, ...]]:
     return settings, idle_thresholds(settings)
 
 
+def _facts(listed: list[Node], demand: Demand, **changes: object) -> Facts:
+    facts = Facts(listed, listed, demand, frozenset(), frozenset(), [], {}, False, 0.0)
+    return dataclasses.replace(facts, **changes)  # type: ignore[arg-type]
+
+
 def _key(listed: list[Node], demand: Demand, **changes: object) -> TickKey | None:
     settings, thresholds = _settings()
-    facts: dict[str, object] = {
-        "listed": listed,
-        "nodes": listed,
-        "demand": demand,
-        "busy": frozenset(),
-        "evacuated": frozenset(),
-        "pending": [],
-        "unavailable": {},
-        "resync": False,
-    }
-    facts.update(changes)
-    return tick_key(settings, thresholds, **facts)  # type: ignore[arg-type]
+    return tick_key(settings, thresholds, _facts(listed, demand, **changes))  # type: ignore[arg-type]
 
 
 def _worker(node_id: str = "n1", **tags: str) -> Node:
@@ -117,18 +112,7 @@ def test_nothing_is_kept_while_the_time_itself_decides() -> None:
     other_settings = planner_settings(
         parse_config(CONFIG, "x.yaml"), SPECS["localhost"], load_prices()
     )
-    moved = tick_key(
-        other_settings,
-        thresholds,
-        listed=[_worker()],
-        nodes=[_worker()],
-        demand=Demand(),
-        busy=frozenset(),
-        evacuated=frozenset(),
-        pending=[],
-        unavailable={},
-        resync=False,
-    )
+    moved = tick_key(other_settings, thresholds, _facts([_worker()], Demand()))
     assert moved is not None and not key.same_as(moved)  # new prices: decide again
 
 
@@ -255,18 +239,7 @@ def test_recorded_ticks_replayed_through_the_gate_decide_as_every_tick(trace: Pa
         facts, kept_then = decode_tick(raw)
         kept_live += kept_then
         assert encode_tick(facts, kept_then) == raw  # the trace reads back whole
-        key = tick_key(
-            settings,  # type: ignore[arg-type]
-            idle_thresholds(settings),  # type: ignore[arg-type]
-            listed=facts.listed,
-            nodes=facts.nodes,
-            demand=facts.demand,
-            busy=frozenset(facts.busy),
-            evacuated=frozenset(facts.evacuated),
-            pending=facts.pending,
-            unavailable=dict(facts.unavailable),
-            resync=facts.resync,
-        )
+        key = tick_key(settings, idle_thresholds(settings), facts)  # type: ignore[arg-type]
         fresh = choose(config, settings, facts)  # type: ignore[arg-type]
         if key is not None and last is not None and key.same_as(last_key):
             assert fresh == last, f"tick {ticks} of {trace.name}"

@@ -348,26 +348,14 @@ class Daemon:
             listed,
             nodes,
             demand,
-            frozenset(busy),
-            frozenset(self.node_states.in_state(NodeLife.EVACUATED)),
+            busy,
+            self.node_states.in_state(NodeLife.EVACUATED),
             self.executor.pending(),
             self._unavailable(),
             resync,
             self.wall_clock(),
         )
-        key = tick_key(
-            self.settings,
-            idle_thresholds(self.settings),
-            last=self.kept.key,
-            listed=facts.listed,
-            nodes=facts.nodes,
-            demand=demand,
-            busy=frozenset(facts.busy),
-            evacuated=frozenset(facts.evacuated),
-            pending=facts.pending,
-            unavailable=dict(facts.unavailable),
-            resync=resync,
-        )
+        key = tick_key(self.settings, idle_thresholds(self.settings), facts, self.kept.key)
         kept = self.kept.choice if key is not None and key.same_as(self.kept.key) else None
         self._trace(facts, kept is not None)
         if kept is not None:

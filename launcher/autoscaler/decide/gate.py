@@ -24,7 +24,8 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from launcher.autoscaler.decide.demand import Demand, RayNode
+from launcher.autoscaler.decide.choice import Facts
+from launcher.autoscaler.decide.demand import RayNode
 from launcher.autoscaler.decide.planner import Resources, Settings
 from launcher.autoscaler.decide.view import PendingLaunch
 from launcher.providers.base import Node
@@ -53,6 +54,9 @@ class TickKey:
         """Whether a tick with this key gets the choice of a tick with `other`."""
         if other is None or self.settings is not other.settings:
             return False
+        return self._facts() == other._facts()
+
+    def _facts(self) -> tuple[object, ...]:
         return (
             self.listed,
             self.nodes,
@@ -64,17 +68,6 @@ class TickKey:
             self.evacuated,
             self.launches,
             self.unavailable,
-        ) == (
-            other.listed,
-            other.nodes,
-            other.pending,
-            other.gangs,
-            other.constraints,
-            other.ray_nodes,
-            other.busy,
-            other.evacuated,
-            other.launches,
-            other.unavailable,
         )
 
 
@@ -109,35 +102,28 @@ def _timed(node: Node) -> bool:
 def tick_key(
     settings: Settings,
     thresholds: Sequence[float],
-    *,
-    listed: Sequence[Node],
-    nodes: Sequence[Node],
-    demand: Demand,
-    busy: frozenset[str],
-    evacuated: frozenset[str],
-    pending: Sequence[PendingLaunch],
-    unavailable: dict[str, str],
-    resync: bool,
+    facts: Facts,
     last: TickKey | None = None,
 ) -> TickKey | None:
     """The key of a tick's facts; None when the tick must decide whatever the last one did
     (its choice depends on the time: see the module). `last`: the last tick's key, whose
     nodes (when these are the same) are known to have neither notice nor rejoin time."""
-    as_listed = tuple(nodes)
-    if resync:
+    nodes = tuple(facts.nodes)
+    if facts.resync:
         return None
-    if (last is None or as_listed != last.nodes) and any(_timed(n) for n in as_listed):
+    if (last is None or nodes != last.nodes) and any(_timed(n) for n in nodes):
         return None
+    demand = facts.demand
     return TickKey(
         settings,
-        tuple(listed),
-        as_listed,
+        tuple(facts.listed),
+        nodes,
         demand.pending,
         tuple(demand.gangs),
         demand.constraints,
         tuple(_ray_node(n, thresholds) for n in demand.nodes),
-        busy,
-        evacuated,
-        tuple(pending),
-        tuple(sorted(unavailable.items())),
+        frozenset(facts.busy),
+        frozenset(facts.evacuated),
+        tuple(facts.pending),
+        tuple(sorted(facts.unavailable.items())),
     )

@@ -54,7 +54,7 @@ from launcher.updater.updater import (
     UPDATING_LINE,
     NodeUpdater,
     UpdateOptions,
-    decide_steps,
+    steps_for,
 )
 
 Confirm = Callable[[str], bool]
@@ -156,8 +156,16 @@ def up(
     with ClusterLock(
         config.cluster_name, "launcher up", on_wait=lambda m: events(Message(m, "warning"))
     ):
+        update = UpdateOptions(
+            cwd=Path.cwd(),
+            restart_only=options.restart_only,
+            no_restart=options.no_restart,
+            ready_timeout_s=options.ready_timeout_s,
+            extra_env=options.extra_env,
+            secret_env=secrets,
+        )
         key = bootstrap_key(text, config.cluster_name)
-        current = _current_listing(provider, config, options, key)
+        current = _current_listing(provider, config, update, key) if options.use_receipt else None
         if current is None:
             for made in provider.bootstrap(options.ready_timeout_s):
                 events(Message(made))
@@ -170,14 +178,7 @@ def up(
             config,
             head,
             None,
-            UpdateOptions(
-                cwd=Path.cwd(),
-                restart_only=options.restart_only,
-                no_restart=options.no_restart,
-                ready_timeout_s=options.ready_timeout_s,
-                extra_env=options.extra_env,
-                secret_env=secrets,
-            ),
+            update,
             events,
         ).run()
         # A head the updater left alone is as listed: its record is not read again.
@@ -235,27 +236,20 @@ def _prepare_remote_head(
 
 
 def _current_listing(
-    provider: NodeProvider, config: ClusterConfig, options: UpOptions, key: str
+    provider: NodeProvider, config: ClusterConfig, update: UpdateOptions, key: str
 ) -> list[Node] | None:
     """The cluster's listing when this up need not bootstrap: the last up's receipt names
-    `key` and the listing shows one head, running, whose tags say it has nothing to update.
-    None: bootstrap first."""
-    if not options.use_receipt or read_receipt(config.cluster_name) != key:
+    `key` and the listing shows one head whose tags say it has nothing to update (as the
+    updater would find). None: bootstrap first."""
+    if read_receipt(config.cluster_name) != key:
         return None
     listed = provider.nodes()
     heads = [n for n in listed if n.kind is NodeKind.HEAD]
-    if len(heads) != 1 or heads[0].state is not NodeState.RUNNING:
+    if len(heads) != 1:
         return None
     head = heads[0]
-    steps = decide_steps(
-        head.tags,
-        node_hashes(config, head.node_type, head=True, cwd=Path.cwd()),
-        ray_running=head.status is NodeStatus.UP_TO_DATE,
-        restart_only=options.restart_only,
-        no_restart=options.no_restart,
-        sync_always=config.file_mounts_sync_continuously,
-    )
-    return listed if steps.nothing else None
+    hashes = node_hashes(config, head.node_type, head=True, cwd=update.cwd)
+    return listed if steps_for(config, head, hashes, update).nothing else None
 
 
 def _head(

@@ -99,6 +99,22 @@ def decide_steps(
     return UpdateSteps(sync_files=setup or sync_always, setup=setup, start_ray=start)
 
 
+def steps_for(
+    config: ClusterConfig, node: Node, hashes: NodeHashes, options: UpdateOptions
+) -> UpdateSteps:
+    """What `node` needs to be brought up to date with `options` (`decide_steps` on what
+    it is tagged with and what it runs)."""
+    return decide_steps(
+        node.tags,
+        hashes,
+        ray_running=node.state is NodeState.RUNNING and node.status is NodeStatus.UP_TO_DATE,
+        restart_only=options.restart_only,
+        no_restart=options.no_restart,
+        sync_always=config.file_mounts_sync_continuously,
+        ray_only=options.ray_only,
+    )
+
+
 STARTING_RAY = "starting Ray"  # the stage said as a node's start-ray commands begin
 
 
@@ -146,16 +162,7 @@ class NodeUpdater:
 
     def run(self) -> UpdateSteps:
         """Bring the node up to date. Raises NodeUpdateError (and tags the node failed)."""
-        steps = decide_steps(
-            self.node.tags,
-            self.hashes,
-            ray_running=self.node.state is NodeState.RUNNING
-            and self.node.status is NodeStatus.UP_TO_DATE,
-            restart_only=self.options.restart_only,
-            no_restart=self.options.no_restart,
-            sync_always=self.config.file_mounts_sync_continuously,
-            ray_only=self.options.ray_only,
-        )
+        steps = steps_for(self.config, self.node, self.hashes, self.options)
         if steps.nothing:
             self._emit("up to date (nothing to do)", done=True)
             return steps

@@ -41,9 +41,8 @@ from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
 from bench import common
-from bench.common import expect, ray_update, show_time, silence_ray_logs
+from bench.common import daemon_minute, expect, ray_update, show_time, silence_ray_logs
 from fakes.aws.server import MotoServer, amazon_image, loopback_vpc
-from launcher.autoscaler.daemon import Daemon
 from launcher.config.loader import Overrides, parse_config
 from launcher.providers.aws.clients import AwsClients
 from launcher.providers.aws.provider import AwsProvider
@@ -53,7 +52,6 @@ CLUSTER = "bench-aws"
 INSTANCE_TYPE = "m5.large"
 LISTINGS = 10  # listings in a row, with N running
 GONE_WAIT_S = 30.0  # at most, after terminating, for a listing that shows none
-TICKS_OURS = 60  # an idle minute of ticks: our daemon ticks every 1 s
 TICKS_RAY = 12  # Ray's autoscaler updates every 5 s
 T = TypeVar("T")
 
@@ -204,16 +202,11 @@ head_node_type: head
         60 ticks at its 1 s interval on a clock that moves 1 s per tick (no head here, so
         no Ray demand: it keeps what is there); its state files go to the bench's home."""
         assert self._home is not None
-        clock = _Clock()
         home = os.environ.get("HOME")
         os.environ["HOME"] = self._home.name
-        daemon = Daemon(self.provider, self.provider.config, clock=clock)
         try:
-            for _ in range(TICKS_OURS):
-                daemon.tick()
-                clock.now += 60.0 / TICKS_OURS
+            daemon, _ = daemon_minute(self.provider)
         finally:
-            daemon.executor.shutdown()
             if home is not None:
                 os.environ["HOME"] = home
         expect(f"{self.label}: the daemon acted", not daemon.executor.pending())
@@ -293,14 +286,6 @@ class Ray:
         address twice (answered from the provider's cache of that listing)."""
         for _ in range(TICKS_RAY):
             ray_update(self._provider)
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 # -- measuring ------------------------------------------------------------------------------

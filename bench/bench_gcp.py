@@ -41,9 +41,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from bench import common
-from bench.common import expect, ray_update, show_time, silence_ray_logs, wait_for
+from bench.common import daemon_minute, expect, ray_update, show_time, silence_ray_logs, wait_for
 from fakes.gce.server import PROJECT, GceServer
-from launcher.autoscaler.daemon import Daemon
 from launcher.config.loader import Overrides, parse_config
 from launcher.providers.base import TAG_STATUS, NodeKind, NodeState
 from launcher.providers.factory import make_provider
@@ -52,7 +51,6 @@ from launcher.providers.gcp.provider import GcpProvider
 CLUSTER = "bench-gcp"
 ZONE = "us-west1-b"
 LISTINGS = 10  # listings in a row, with N running
-TICKS_OURS = 60  # an idle minute of ticks: our daemon ticks every 1 s
 TICKS_RAY = 12  # Ray's autoscaler every 5 s (AUTOSCALER_UPDATE_INTERVAL_S)
 POLL_S = 0.02  # how often the script lists while it waits for RUNNING or gone
 WAIT_S = 120.0  # at most, for RUNNING or gone
@@ -166,14 +164,7 @@ head_node_type: head
         """A minute of the real daemon (launcher/autoscaler/daemon.py) with nothing to change:
         60 ticks at its 1 s interval on a clock that moves 1 s per tick (no head here, so
         no Ray demand: it keeps what is there). Its listing is read when 5 s old."""
-        clock = _Clock()
-        daemon = Daemon(self.provider, self.provider.config, clock=clock)
-        try:
-            for _ in range(TICKS_OURS):
-                daemon.tick()
-                clock.now += 60.0 / TICKS_OURS
-        finally:
-            daemon.executor.shutdown()
+        daemon, _ = daemon_minute(self.provider)
         expect("ours: the daemon listed more than 12 times", daemon.listing.reads <= 12)
 
     def label_one(self, node_id: str) -> None:
@@ -186,14 +177,6 @@ head_node_type: head
         if self._home is not None:
             self._home.cleanup()
             self._home = None
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Ray:

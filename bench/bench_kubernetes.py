@@ -41,10 +41,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchError, expect, ray_update, show_time, wait_for
+from bench.common import (
+    TICKS_OURS,
+    BenchError,
+    daemon_minute,
+    expect,
+    ray_update,
+    show_time,
+    wait_for,
+)
 from fakes.kube.scheduler import NodeSpec
 from fakes.kube.server import KubeServer
-from launcher.autoscaler.daemon import Daemon
 from launcher.config.loader import Overrides, parse_config
 from launcher.providers.base import TAG_STATUS, NodeKind
 from launcher.providers.factory import make_provider
@@ -52,7 +59,6 @@ from launcher.runners.base import CommandRunner
 
 CLUSTER = "bench-kube"
 NAMESPACE = "ray"
-TICKS_OURS = 60  # an idle minute of our daemon: one tick a second
 UPDATES_RAY = 12  # Ray's autoscaler: one update every 5 s (AUTOSCALER_UPDATE_INTERVAL_S)
 LISTINGS = 10  # listings in a row for the per-listing time
 WAIT_S = 120.0
@@ -136,14 +142,6 @@ class Minute:
         return self.per_minute / self.ticks
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @dataclass
 class TickLab:
     server: KubeServer
@@ -185,18 +183,9 @@ head_node_type: head
         setting-up, so it reads no Ray demand; every worker is up to date and wanted."""
         provider = make_provider(self.config_for(count))
         provider.nodes()  # its API client made, untimed
-        clock = _Clock()
-        daemon = Daemon(provider, provider.config, clock=clock)
         self.server.clear_calls()
-        started = time.perf_counter()
-        try:
-            for _ in range(TICKS_OURS):
-                daemon.tick()
-                clock.now += 60.0 / TICKS_OURS
-            seconds = time.perf_counter() - started
-            expect("ours: the daemon wanted to launch", not daemon.executor.pending())
-        finally:
-            daemon.executor.shutdown()
+        daemon, seconds = daemon_minute(provider)
+        expect("ours: the daemon wanted to launch", not daemon.executor.pending())
         calls = call_counts(self.server)
         expect(f"ours acted: {calls}", set(calls) <= {"list pods", "get pods"})
         return Minute(seconds, TICKS_OURS, TICKS_OURS, calls)

@@ -125,3 +125,34 @@ def ray_update(provider: Any) -> None:
         provider.internal_ip(node_id)
     if hasattr(provider, "post_process"):
         provider.post_process()
+
+
+TICKS_OURS = 60  # an idle minute of our daemon: one tick a second
+
+
+class FakeClock:
+    """A clock that moves only when told (`now`)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def daemon_minute(provider: Any) -> tuple[Any, float]:
+    """Our autoscaler daemon (launcher/autoscaler/daemon.py) over `provider` for an idle
+    minute: TICKS_OURS ticks at its 1 s interval on a clock moving 1 s per tick. Returns
+    the daemon (its executor shut down) and the seconds its ticks took."""
+    from launcher.autoscaler.daemon import Daemon
+
+    clock = FakeClock()
+    daemon = Daemon(provider, provider.config, clock=clock)
+    started = time.perf_counter()
+    try:
+        for _ in range(TICKS_OURS):
+            daemon.tick()
+            clock.now += 60.0 / TICKS_OURS
+        return daemon, time.perf_counter() - started
+    finally:
+        daemon.executor.shutdown()

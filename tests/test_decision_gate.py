@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.autoscaler.daemon import Daemon
+from launcher.autoscaler.daemon import RECORD_EVERY_S, Daemon
 from launcher.autoscaler.decide.choice import Choice, Facts, choose
 from launcher.autoscaler.decide.demand import Demand, RayNode
 from launcher.autoscaler.decide.gate import TickKey, idle_step, idle_thresholds, tick_key
@@ -24,6 +24,7 @@ from launcher.autoscaler.decide.planner import Gang
 from launcher.autoscaler.decide.trace import AUDIT_ENV, TRACE_ENV, decode_tick, encode_tick
 from launcher.autoscaler.decide.view import PendingLaunch, planner_settings
 from launcher.config.loader import parse_config
+from launcher.ledger.store import record_path
 from launcher.pricing import load_prices
 from launcher.providers.base import TAG_REJOIN_BY, TAG_STATUS, Node, NodeKind, NodeState
 from launcher.providers.registry import SPECS
@@ -262,3 +263,40 @@ def test_the_daemon_writes_a_trace_that_replays(
         raw = json.loads(line)
         facts, kept = decode_tick(raw)
         assert encode_tick(facts, kept) == raw
+
+
+def test_an_idle_head_writes_the_record_on_change_or_every_minute(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The cluster's record is rewritten when what it says changes (a node comes or goes),
+    else at most every RECORD_EVERY_S: not on every listing of an idle cluster."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("LAUNCHER_HOME", str(tmp_path / "home"))
+    config = parse_config(CONFIG, "gate.yaml")
+    clock = _Clock()
+    cloud = MemoryProvider(config, clock=clock)
+    daemon = Daemon(cloud, config, clock=clock, wall_clock=clock)
+    daemon.listing.max_age_s = 0.0  # every tick lists
+    path = record_path(config.cluster_name)
+
+    def tick(seconds: float = 1.0) -> None:
+        daemon.tick()
+        _settle(daemon)
+        clock.now += seconds
+
+    try:
+        tick()  # min_workers: a worker launched
+        tick()  # listed: the record is made
+        made = path.read_text()
+        for _ in range(5):
+            tick()
+        assert path.read_text() == made  # nothing changed: not written again
+        tick(RECORD_EVERY_S)
+        tick()
+        assert path.read_text() != made  # a minute on: its runs' ends moved
+        written = path.read_text()
+        cloud.terminate_nodes([n.id for n in cloud.held()])
+        tick()
+        assert path.read_text() != written  # a node went: written at once
+    finally:
+        daemon.executor.shutdown()

@@ -26,6 +26,7 @@ from launcher.providers.kubernetes.objects import (
 )
 from launcher.providers.kubernetes.pods import (
     ANNOTATION_PREFIX,
+    NodeMemo,
     name_prefix,
     pod_body,
     split_tags,
@@ -106,6 +107,27 @@ def test_pods_as_nodes() -> None:
     stranger = _pod(phase="Running")
     del stranger["metadata"]["labels"][TAG_KIND]
     assert to_node(stranger) is None
+
+
+def test_a_listing_reuses_the_node_of_a_pod_the_server_did_not_change() -> None:
+    """NodeMemo: the same uid and resourceVersion give the very node of the last listing;
+    a new resourceVersion (any write to the pod) gives the node read afresh."""
+    memo = NodeMemo()
+
+    def pod(version: str, phase: str) -> dict[str, Any]:
+        made = _pod(phase=phase, podIP="127.18.0.5")
+        made["metadata"].update(uid="u-1", resourceVersion=version)
+        return made
+
+    (first,) = memo.nodes([pod("7", "Pending")])
+    (again,) = memo.nodes([pod("7", "Pending")])
+    assert again is first
+    (changed,) = memo.nodes([pod("8", "Running")])
+    assert changed is not first and changed.state is NodeState.RUNNING
+    assert changed == to_node(pod("8", "Running"))
+    unnamed = _pod(phase="Running")  # no uid: read every time
+    assert memo.nodes([unnamed])[0] is not memo.nodes([unnamed])[0]
+    assert memo.nodes([]) == [] and memo.nodes([pod("8", "Running")])[0] is not changed
 
 
 def test_unschedulable_is_read_from_the_pod_scheduled_condition() -> None:

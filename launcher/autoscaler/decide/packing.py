@@ -16,6 +16,7 @@ Both shortcuts find exactly the slot a plain first-fit scan would.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -242,6 +243,21 @@ class Packer:
         if self._trial is not None:
             self._trial.cursors.setdefault(key, old)
         self._cursors[key] = position
+
+    def drop_from(self, index: int) -> None:
+        """Forget the slots from `index` on and what was placed on them (outside a trial):
+        the planner lays its new nodes out again. The slots before are as they were, so
+        every cursor stays right where it still points into its tier."""
+        assert self._trial is None, "not during a trial"
+        if self.log is not None:
+            self.log = [entry for entry in self.log if entry[0] < index]
+        del self.slots[index:]
+        del self._positions[index:]
+        for gpu, tier in enumerate(self._tiers):
+            tier.truncate(bisect.bisect_left(tier.indexes, index))
+            for key, position in self._cursors.items():
+                if key[0] == bool(gpu) and position > len(tier):
+                    self._cursors[key] = len(tier)
 
     def begin(self) -> None:
         logged = 0 if self.log is None else len(self.log)

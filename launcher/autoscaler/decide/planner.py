@@ -72,6 +72,7 @@ from launcher.autoscaler.decide.plan_mix import (
     top_others,
     worth,
 )
+from launcher.autoscaler.decide.plan_repack import Item, Kind, Pack, fewer_nodes
 from launcher.autoscaler.decide.plan_tidy import cheaper_type
 from launcher.autoscaler.decide.plan_types import (
     Decision,
@@ -128,6 +129,8 @@ def _pending_by_shape(snapshot: Snapshot) -> Counter[Shape]:
 class _State:
     def __init__(self, snapshot: Snapshot, settings: Settings, record: bool = False) -> None:
         self.settings = settings
+        self.record = record
+        self.starved = False  # some placement group found no room for all its bundles
         self.packer = Packer(
             (
                 Slot(
@@ -139,7 +142,7 @@ class _State:
                 )
                 for n in snapshot.nodes
             ),
-            log=record,
+            log=True,  # what each new node holds: `_relayout` reads it
         )
         self.counts: Counter[str] = Counter(n.node_type for n in snapshot.nodes if not n.is_head)
         self.workers = sum(self.counts.values())
@@ -367,16 +370,31 @@ def _sizes(types: Mapping[str, TypeInfo]) -> dict[str, float | None]:
 def plan(snapshot: Snapshot, settings: Settings, *, record: bool = False) -> Plan:
     """The plan for one round; with `record`, also where every placed bundle went."""
     priced = any(t.price is not None for t in settings.types.values())
+    # Groups go in the order that packs them best (the hardest to place first). Without
+    # prices, only while that starves no group: when some group finds no room (max_workers
+    # binds), the plan is made again in Ray's order, the oldest first, so a newer group
+    # never takes the room an older one waits for. (Ray's order on its own left big
+    # STRICT_PACK sums no room on existing nodes that smaller, older bundles had taken.)
+    packing = _gang_order(snapshot.gangs, settings)
+    result, starved = _plan(snapshot, settings, record, packing, priced)
+    if starved and not priced and packing != sorted(packing):
+        result, _ = _plan(snapshot, settings, record, range(len(snapshot.gangs)), priced)
+    return result
+
+
+def _plan(
+    snapshot: Snapshot, settings: Settings, record: bool, order: Iterable[int], priced: bool
+) -> tuple[Plan, bool]:
+    """The plan with groups placed in `order`, and whether some group found no room."""
     state = _State(snapshot, _unit_prices(settings), record)
     _min_workers(state, snapshot.nodes)
     after_min = (len(state.slots), len(state.decisions))
     tidy_prices = None if priced else _sizes(settings.types)
-    # With prices, groups go in the order that packs them cheapest; without, in Ray's
-    # order (the oldest first, so a newer group never takes the room an older one waits for).
-    order = _gang_order(snapshot.gangs, settings) if priced else range(len(snapshot.gangs))
     for number in order:
         _place_gang(state, snapshot.gangs[number], number)
     _place_tasks(state, snapshot.pending)
+    if not priced and not state.unavailable:
+        _relayout(state, snapshot, *after_min)
     _tidy(state, *after_min, tidy_prices)
     _place_constraints(state, snapshot.constraints)
     launch, stand_ins = _limit_upscaling(state, snapshot, after_min[1])
@@ -393,7 +411,7 @@ def plan(snapshot: Snapshot, settings: Settings, *, record: bool = False) -> Pla
                     stands_in_for=type_name,
                 ),
             )
-    return Plan(
+    result = Plan(
         dict(launch),
         tuple(terminate),
         tuple(state.infeasible),
@@ -401,6 +419,7 @@ def plan(snapshot: Snapshot, settings: Settings, *, record: bool = False) -> Pla
         dict(stand_ins),
         _placements(state),
     )
+    return result, state.starved
 
 
 def _gang_order(gangs: Sequence[Gang], settings: Settings) -> list[int]:
@@ -439,7 +458,7 @@ def _gang_order(gangs: Sequence[Gang], settings: Settings) -> list[int]:
 
 
 def _placements(state: _State) -> tuple[Placement, ...]:
-    if state.packer.log is None:
+    if not state.record or state.packer.log is None:
         return ()
     slots = state.slots
     first = next((i for i, s in enumerate(slots) if s.node_id is None), len(slots))
@@ -454,6 +473,114 @@ def _placements(state: _State) -> tuple[Placement, ...]:
         )
         for i, request, count, owner in state.packer.log
     )
+
+
+def _relayout(state: _State, snapshot: Snapshot, first_new: int, first_decision: int) -> None:
+    """Without prices: everything placed on new nodes (but min_workers' nodes) laid out
+    again on fewer nodes when `plan_repack` finds such a layout; each node's launch
+    decision names the work it holds that was planned first (the groups', then the
+    tasks' shapes, in the order they were placed)."""
+    now = _NewNodes(state, snapshot, first_new)
+    kinds = [
+        Kind(t.name, t.resources, max(0, t.max_workers - state.counts[t.name] + now.types[t.name]))
+        for t in state.settings.types.values()
+        if t.max_workers > 0
+    ]
+    total_room = state.settings.max_workers - state.workers + now.types.total()
+    layout = fewer_nodes(now.packs, kinds, total_room)
+    if layout is None:
+        return
+    for node_type, count in now.types.items():
+        state.counts[node_type] -= count
+        state.launch[node_type] -= count
+    state.workers -= now.types.total()
+    state.packer.drop_from(first_new)
+    leads: Counter[tuple[int, str]] = Counter()  # (first_seen of its lead, type): nodes
+    for pack in layout:
+        for _ in range(pack.copies):
+            index = state.add_node(pack.node_type)
+            lead = min(now.place(state.packer, index, i, n) for i, n in pack.holds.items())
+            leads[lead, pack.node_type] += 1
+    pending: Counter[Shape] = Counter()
+    for request, count in snapshot.pending:
+        pending[shape_of(request)] += count
+    why = {
+        seen: _gang_label(snapshot.gangs[key])
+        if isinstance(key, int)
+        else f"{pending[key]} pending bundle(s) of {show(dict(key))}"
+        for key, seen in now.first_seen.items()
+    }
+    kept = [d for d in state.decisions[first_decision:] if d.action is not Action.LAUNCH]
+    state.decisions[first_decision:] = kept + [
+        Decision(Action.LAUNCH, why[seen], node_type, nodes)
+        for (seen, node_type), nodes in sorted(leads.items())
+    ]
+
+
+class _NewNodes:
+    """What a plan's new nodes (from `first_new` on) hold, read from the packer's log: as
+    packs of nodes filled alike, and per item who placed how many of it (a group's number,
+    or -1 for tasks), so that a new layout places the same bundles for the same owners."""
+
+    def __init__(self, state: _State, snapshot: Snapshot, first_new: int) -> None:
+        log = state.packer.log
+        assert log is not None
+        spread_groups = {i for i, g in enumerate(snapshot.gangs) if g.strategy == "STRICT_SPREAD"}
+        # Each node's takes as (request's id, how many, owner): nodes filled alike (most
+        # are) are then looked at once.
+        takes: dict[int, list[tuple[int, int, int]]] = {
+            i: [] for i in range(first_new, len(state.slots))
+        }
+        requests: dict[int, Resources] = {}
+        for index, request, times, owner in log:
+            if index >= first_new:
+                requests[id(request)] = request
+                takes[index].append((id(request), times, owner))
+        alike: Counter[tuple[str, tuple[tuple[int, int, int], ...]]] = Counter(
+            (state.slots[i].node_type, tuple(t)) for i, t in takes.items()
+        )
+        known: dict[tuple[tuple[str, float], ...], Shape] = {}  # a request's items: its shape
+        shapes: dict[int, Shape] = {}
+        for key, request in requests.items():
+            as_given = tuple(request.items())
+            shapes[key] = known.get(as_given) or known.setdefault(as_given, shape_of(request))
+        self.packs: list[Pack] = []
+        self.types: Counter[str] = Counter()
+        self.placed_by: dict[Item, Counter[int]] = {}  # per item, how many each owner placed
+        # a group's number or a task shape: the order in which they were placed
+        self.first_seen: dict[int | Shape, int] = {}
+        for (node_type, node_takes), copies in alike.items():
+            held: Counter[Item] = Counter()
+            for key, times, owner in node_takes:
+                item = Item(shapes[key], owner if owner in spread_groups else -1)
+                held[item] += times
+                owners = self.placed_by.get(item)
+                if owners is None:
+                    owners = self.placed_by[item] = Counter()
+                owners[owner] += times * copies
+                self.first_seen.setdefault(
+                    owner if owner >= 0 else item.shape, len(self.first_seen)
+                )
+            self.packs.append(Pack(node_type, held, copies))
+            self.types[node_type] += copies
+
+    def place(self, packer: Packer, index: int, item: Item, count: int) -> int:
+        """Place `count` of `item` on slot `index` for the owners that placed them before;
+        returns the earliest `first_seen` among those owners."""
+        request = dict(item.shape)
+        owners = self.placed_by[item]
+        lead = len(self.first_seen)
+        while count > 0:
+            owner, left = next(iter(owners.items()))
+            take = min(count, left)
+            packer.take(index, request, take, owner)
+            lead = min(lead, self.first_seen[owner if owner >= 0 else item.shape])
+            count -= take
+            if take == left:
+                del owners[owner]
+            else:
+                owners[owner] = left - take
+        return lead
 
 
 def _min_count(nodes: Iterable[NodeView]) -> Counter[str]:
@@ -679,8 +806,12 @@ def _place_many(
     return left, launched
 
 
+def _gang_label(gang: Gang) -> str:
+    return f"placement group {gang.name or ''} ({gang.strategy}, {len(gang.bundles)} bundles)"
+
+
 def _place_gang(state: _State, gang: Gang, number: int) -> None:
-    label = f"placement group {gang.name or ''} ({gang.strategy}, {len(gang.bundles)} bundles)"
+    label = _gang_label(gang)
     requests = _gang_requests(gang)
     shapes = [shape_of(r) for r in requests]
     if not all(state.feasible(s, r) for s, r in zip(shapes, requests, strict=True)):
@@ -697,6 +828,7 @@ def _place_gang(state: _State, gang: Gang, number: int) -> None:
             state.rollback()
             state.pending.subtract(shapes[position + 1 :])
             state.decisions.append(Decision(Action.WAIT, f"{label}: no room for all bundles"))
+            state.starved = True
             return
         state.packer.take(index, request, owner=number)
         if skip is not None:

@@ -602,6 +602,11 @@ def main() -> None:
         action="store_true",
         help="only the unpriced families: nodes ours against Ray v1 and v2",
     )
+    parser.add_argument(
+        "--unpriced-sizes",
+        default="",
+        help="with --unpriced: BUNDLESxNODES,... (default 1000x50,4000x200; 1000x50 with --quick)",
+    )
     parser.add_argument("--seeds", type=int, default=3, help="seeds per cost scenario family")
     parser.add_argument(
         "--milp-time",
@@ -630,6 +635,9 @@ def main() -> None:
     started = time.monotonic()
     if args.unpriced:
         unpriced_sizes = [(1_000, 50)] if args.quick else [(1_000, 50), (4_000, 200)]
+        if args.unpriced_sizes:
+            pairs = (size.split("x") for size in args.unpriced_sizes.split(","))
+            unpriced_sizes = [(int(b), int(n)) for b, n in pairs]
         unpriced(unpriced_sizes, args.seeds, timeout, args.repeat)
         print(f"\n(total {time.monotonic() - started:.0f} s)")
         return

@@ -13,6 +13,7 @@ from unittest import mock
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from launcher.autoscaler.decide import planner
 from launcher.autoscaler.decide.packing import fits, shape_of
@@ -141,6 +142,18 @@ def test_thinning_moves_a_nodes_work_into_the_others_spare_room() -> None:
     assert fewer_nodes([Pack("cpu8", Counter({half: 2}), 2)], [Kind("cpu8", cap, 10)], 10) is None
 
 
+def test_a_move_that_fails_after_using_a_split_off_copy_is_undone_whole() -> None:
+    # Two nodes alike (x each). Taking the other node away: `a` splits one x node off as a
+    # node of its own, `b` goes one to each x node, `c` fits nowhere: all of it is undone.
+    cap = {"CPU": 8.0, "memory": 64.0}
+    x = Item(shape_of({"CPU": 4.0, "memory": 40.0}))
+    a = Item(shape_of({"CPU": 1.0, "memory": 1.0}))
+    b = Item(shape_of({"CPU": 2.5, "memory": 1.0}))
+    c = Item(shape_of({"CPU": 0.5, "memory": 30.0}))
+    first = [Pack("cpu8", Counter({x: 1}), 2), Pack("cpu8", Counter({a: 1, b: 2, c: 1}), 1)]
+    assert fewer_nodes(first, [Kind("cpu8", cap, 10)], total_room=10) is None
+
+
 def test_a_strict_spread_groups_bundles_never_share_a_node_when_laid_out_again() -> None:
     cap = {"CPU": 8.0}
     spread = Item(shape_of({"CPU": 1.0}), spread=0)
@@ -257,3 +270,81 @@ def test_no_more_nodes_than_rays_fewer_on_the_benchs_unpriced_snapshots(
     result = plan(snapshot, config, record=True)
     assert sum(result.launch.values()) <= RAY_AT_1000[family, seed]
     _check(snapshot, config, result)
+
+
+@st.composite
+def layouts(draw: st.DrawFn) -> tuple[list[Pack], list[Kind]]:
+    kinds = [
+        Kind("cpu8", {"CPU": 8.0, "memory": 32.0}, draw(st.integers(0, 12))),
+        Kind("cpu16", {"CPU": 16.0, "memory": 64.0}, draw(st.integers(0, 12))),
+        Kind("gpu", {"CPU": 8.0, "memory": 64.0, "GPU": 1.0}, draw(st.integers(0, 12))),
+    ]
+    shapes = [
+        {"CPU": 1.0, "memory": 1.0},
+        {"CPU": 2.5, "memory": 8.0},
+        {"CPU": 0.5, "memory": 30.0},
+        {"CPU": 4.0, "memory": 4.0},
+        {"CPU": 1.0, "memory": 4.0, "GPU": 1.0},
+    ]
+    packs = []
+    for _ in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(kinds))
+        free = dict(kind.resources)
+        holds: Counter[Item] = Counter()
+        for _ in range(draw(st.integers(1, 6))):
+            request = draw(st.sampled_from(shapes))
+            spread = draw(st.sampled_from((-1, -1, 0, 1)))
+            item = Item(shape_of(request), spread)
+            if fits(free, request) and not (spread >= 0 and holds[item]):
+                holds[item] += 1
+                free = {k: v - request.get(k, 0.0) for k, v in free.items()}
+        if kind.has_gpu and not any(dict(i.shape).get("GPU", 0) for i in holds):
+            continue  # the planner launches no GPU node without GPU work
+        if holds:
+            copies = 1 if any(i.spread >= 0 for i in holds) else draw(st.integers(1, 3))
+            packs.append(Pack(kind.name, holds, copies))
+    return packs, kinds
+
+
+@settings(max_examples=300, deadline=None)
+@given(layouts())
+def test_a_new_layout_holds_the_same_bundles_within_every_limit(
+    case: tuple[list[Pack], list[Kind]],
+) -> None:
+    packs, kinds = case
+    if not packs:
+        return
+    # Room as the planner gives it: at least the first layout's own nodes.
+    used = Counter[str]()
+    for pack in packs:
+        used[pack.node_type] += pack.copies
+    kinds = [replace(k, room=k.room + used[k.name]) for k in kinds]
+    total = nodes_in(packs) + 3
+    layout = fewer_nodes(packs, kinds, total)
+    if layout is None:
+        return
+    assert nodes_in(layout) < nodes_in(packs)
+    assert nodes_in(layout) <= total
+
+    def bundles(of: list[Pack]) -> Counter[Item]:
+        out: Counter[Item] = Counter()
+        for pack in of:
+            for item, count in pack.holds.items():
+                out[item] += count * pack.copies
+        return out
+
+    assert bundles(layout) == bundles(packs)
+    by_name = {k.name: k for k in kinds}
+    per_type = Counter[str]()
+    for pack in layout:
+        per_type[pack.node_type] += pack.copies
+        resources = by_name[pack.node_type].resources
+        for key in resources:
+            assert sum(dict(i.shape).get(key, 0.0) * n for i, n in pack.holds.items()) <= (
+                resources[key] + 1e-9
+            )
+        # at most one bundle of a STRICT_SPREAD group per node
+        assert all(n == 1 for i, n in pack.holds.items() if i.spread >= 0)
+        if by_name[pack.node_type].has_gpu:
+            assert any(dict(i.shape).get("GPU", 0) for i in pack.holds)
+    assert all(per_type[name] <= by_name[name].room for name in per_type)

@@ -309,10 +309,11 @@ def _undo(
     length: int,
     saved: Mapping[int, tuple[int, Counter[Item], dict[str, float]]],
 ) -> None:
-    del nodes[length:]
+    del nodes[length:]  # copies split off by the move: gone again
     for index, (copies, holds, free) in saved.items():
-        node = nodes[index]
-        node.copies, node.holds, node.free = copies, holds, free
+        if index < length:
+            node = nodes[index]
+            node.copies, node.holds, node.free = copies, holds, free
 
 
 __all__ = [

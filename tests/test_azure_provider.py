@@ -49,9 +49,12 @@ head_node_type: head
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureServer]:
-    with AzureServer(retry_after=1, lro_s=0.05) as server, pytest.MonkeyPatch.context() as mp:
+    # Operations are polled every 0.05 s, as they take 0.05 s here (no Retry-After: with
+    # Retry-After: 1 each of the module's ~50 long-running operations waited a second).
+    with AzureServer(retry_after=0, lro_s=0.05) as server, pytest.MonkeyPatch.context() as mp:
         for name, value in server.env().items():
             mp.setenv(name, value)
+        mp.setenv("LAUNCHER_AZURE_POLL_S", "0.05")
         mp.setenv("LAUNCHER_HOME", str(tmp_path_factory.mktemp("az") / "home"))
         yield server
 
@@ -98,10 +101,8 @@ def test_a_cluster_comes_and_goes_leaving_nothing(server: AzureServer) -> None:
 
 
 def test_purge_keeps_a_group_the_cluster_did_not_make_or_that_holds_others(
-    server: AzureServer, monkeypatch: pytest.MonkeyPatch
+    server: AzureServer,
 ) -> None:
-    monkeypatch.setattr(server, "retry_after", 0)  # operations polled fast: 5 bootstraps
-    monkeypatch.setenv("LAUNCHER_AZURE_POLL_S", "0.05")
     groups = server.clients().resource.resource_groups
     groups.create_or_update("rg3", {"location": "eastus"})  # the user's own group
     mine = AzureProvider(_config("c3", "rg3"))
@@ -191,10 +192,8 @@ def test_the_heads_commands_act_as_its_identity_and_spot_workers_watch(
 
 
 def test_an_evicted_spot_worker_is_deleted_when_answered_never_kept_for_reuse(
-    server: AzureServer, monkeypatch: pytest.MonkeyPatch
+    server: AzureServer,
 ) -> None:
-    monkeypatch.setattr(server, "retry_after", 0)
-    monkeypatch.setenv("LAUNCHER_AZURE_POLL_S", "0.05")
     config = _config("c6", "rg6")  # cache_stopped_nodes: Azure's default, on
     provider = AzureProvider(config)
     provider.bootstrap()

@@ -4,11 +4,12 @@ launch and which to terminate. Pure: no I/O and no clock; everything arrives in 
 Order of work, each step seeing what the previous ones placed:
 1. min_workers of every type;
 2. placement groups, all bundles or none (STRICT_PACK on one node, STRICT_SPREAD on distinct
-   nodes, PACK/SPREAD anywhere); with prices, those whose bundles fit the fewest node types
-   first, then GPU ones, then the biggest (so under max_workers a later group may be placed
-   before an earlier one); without, in Ray's order (the oldest first); a bundle that needs
-   a new node gets the type chosen as for tasks below, for all pending bundles of its
-   shape, and the room its node keeps for other shapes is counted as promised to them;
+   nodes, PACK/SPREAD anywhere); those whose bundles fit the fewest node types first, then
+   GPU ones, then the biggest (so under max_workers a later group may be placed before an
+   earlier one; without prices, when that leaves some group without room, the plan is made
+   again in Ray's order, the oldest first); a bundle that needs a new node gets the type
+   chosen as for tasks below, for all pending bundles of its shape, and the room its node
+   keeps for other shapes is counted as promised to them;
 3. pending task and actor bundles, grouped by shape, first on free capacity; then new
    nodes whose type and contents (this shape and the other shapes still unplaced) are
    worth the most per dollar (`plan_mix`: CPU work shares a GPU node when that costs less;
@@ -29,13 +30,19 @@ launched while a CPU-only type fits it. Free capacity is used first-fit (`packin
 Without prices (no type has one: on-prem, Kubernetes, most configs) every node counts the
 same, so the rule is the priced one with every type at price 1 (`_unit_prices`): the node
 whose type and contents hold the most of the pending work wins, which launches the fewest
-nodes; `_tidy` then gives a partly used new node the smallest type that holds its contents
-(types ranked by size, `_sizes`, in place of prices). The rule before it, "the type that
-needs the fewest nodes for this shape alone", chose per shape with no regard to the shapes
-still pending: each shape's last node was of the smallest type fitting its remainder, and
-the shapes and groups that came later found its room too small and launched more (five
-2.5-2.9 CPU bundles: five 4-CPU nodes, not one 16-CPU node; on the unpriced scenarios of
-`bench/bench_planner.py --unpriced`, up to 1.9x Ray's nodes, now at most 1.11x).
+nodes. What the new nodes hold is then laid out again on fewer nodes when one is found
+(`_relayout`, `plan_repack`: node by node over all of it at once, and moving the least used
+nodes' bundles into the others' spare room), since shape by shape each choice is blind to
+the shapes after it; `_tidy` then gives a partly used new node the smallest type that holds
+its contents (types ranked by size, `_sizes`, in place of prices). The rule before it, "the
+type that needs the fewest nodes for this shape alone", chose per shape with no regard to
+the shapes still pending: each shape's last node was of the smallest type fitting its
+remainder, and the shapes and groups that came later found its room too small and launched
+more (five 2.5-2.9 CPU bundles: five 4-CPU nodes, not one 16-CPU node; on the unpriced
+scenarios of `bench/bench_planner.py --unpriced`, up to 1.9x Ray's nodes; with the layout
+again, none over the fewer of Ray's v1 and v2 on the bench's 54). A type kept out by
+`Snapshot.unavailable` leaves the layout as planned (its fallbacks are a preference the
+relayout would not keep).
 
 A type the executor found out of capacity (or just preempted) arrives in
 `Snapshot.unavailable`: it launches nothing, its configured fallbacks are tried first in its

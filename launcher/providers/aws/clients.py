@@ -158,14 +158,8 @@ class AwsClients:
             client = self._made.get(f"{service}/{attempts}")
             if client is None:
                 import boto3
-                from botocore.config import Config
 
-                config = Config(
-                    region_name=self.region,
-                    retries={"mode": "standard", "total_max_attempts": attempts},
-                    connect_timeout=10,
-                    read_timeout=60,
-                )
+                config = self._config(attempts)
                 try:
                     # One session: its clients share the service models it has read (EC2's
                     # takes ~0.15 s to load, and two EC2 clients are made).
@@ -175,6 +169,37 @@ class AwsClients:
                     raise ProviderError(f"cannot use AWS {service}: {exc}") from exc
                 self._made[f"{service}/{attempts}"] = client
             return client
+
+    def _config(self, attempts: int) -> Any:
+        from botocore.config import Config
+
+        return Config(
+            region_name=self.region,
+            retries={"mode": "standard", "total_max_attempts": attempts},
+            connect_timeout=10,
+            read_timeout=60,
+        )
+
+    @property
+    def ec2_listing(self) -> Any:
+        """EC2 for describe_instances: the full client once made, else one that has only
+        that operation (listing.py: made in ~0.02 s, not ~0.1 s; a no-op `up` lists once
+        and calls EC2 for nothing else)."""
+        full = f"ec2/{MAX_ATTEMPTS}"
+        with self._lock:
+            client = self._made.get(full) or self._made.get("ec2-listing")
+        if client is not None:
+            return client
+        from launcher.providers.aws.listing import listing_client
+
+        try:
+            client = listing_client(self._config(MAX_ATTEMPTS))
+        except Exception as exc:  # no region, broken profile, ...
+            raise ProviderError(f"cannot use AWS ec2: {exc}") from exc
+        if client is None:  # the user's own botocore models: the full client has them
+            return self.ec2
+        with self._lock:
+            return self._made.setdefault("ec2-listing", client)
 
     @property
     def ec2_launch(self) -> Any:

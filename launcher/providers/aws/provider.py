@@ -181,7 +181,9 @@ class AwsProvider(NodeProvider):
             *filters,
         ]
         try:
-            pages = self.clients.ec2.get_paginator("describe_instances").paginate(Filters=query)
+            pages = self.clients.ec2_listing.get_paginator("describe_instances").paginate(
+                Filters=query
+            )
             for page in pages:
                 for reservation in page["Reservations"]:
                     yield from reservation["Instances"]

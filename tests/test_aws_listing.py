@@ -1,11 +1,13 @@
 """The EC2 client for listing (launcher/providers/aws/listing.py): cut from botocore's own
 model to DescribeInstances, kept per botocore version, answering as the full client does
-(against moto's EC2 server); the user's own botocore models get the full client."""
+(against moto's EC2 server); the user's own botocore models get the full client. And the
+provider's SDK is looked up, not imported, when a provider is made (factory.py)."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,8 +16,11 @@ import pytest
 from botocore.loaders import Loader
 
 from fakes.aws.server import MotoServer, amazon_image, loopback_vpc
+from launcher.config.loader import parse_config
+from launcher.errors import UsageError
 from launcher.providers.aws import listing
 from launcher.providers.aws.clients import AwsClients
+from launcher.providers.factory import make_provider
 
 REGION = "us-west-2"
 
@@ -132,3 +137,13 @@ def test_the_cut_keeps_every_shape_the_operation_reaches_and_no_other() -> None:
 
     assert all(ref in shapes for shape in shapes.values() for ref in refs(shape))
     assert len(shapes) < len(model["shapes"]) / 10
+
+
+def test_a_provider_s_missing_sdk_is_named_with_its_install_hint(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    text = "cluster_name: c\nprovider: {type: aws, region: us-west-2}\nauth: {ssh_user: ubuntu}\n"
+    config = parse_config(text, "c.yaml", cwd=tmp_path)
+    monkeypatch.setitem(sys.modules, "boto3", None)  # as if not installed
+    with pytest.raises(UsageError, match=r"needs boto3; install it with pip install '.*\[aws\]'"):
+        make_provider(config)

@@ -42,6 +42,25 @@ def cluster(
     kill_cluster(name)
 
 
+@pytest.fixture(scope="class")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One cluster for the tests of `TestInTurnOnOneCluster`, up once and down once (each
+    brought its own up and down, ~9 s): each test starts, as on a fresh cluster, with the
+    head alone (no worker, nothing pending), which the test before leaves."""
+    tmp = tmp_path_factory.mktemp("shared")
+    path = tmp / "cluster.yaml"
+    path.write_text(CONFIG.format(name="ainturn"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LAUNCHER_HOME", str(tmp / "home"))
+        try:
+            up = run("up", "-y", str(path))
+            assert up.returncode == 0, up.stdout + up.stderr
+            yield path
+        finally:
+            run("down", "-y", str(path))
+            kill_cluster("ainturn")
+
+
 def _workers(path: Path) -> list[dict[str, object]]:
     return [n for n in status(path)["nodes"] if n["kind"] == "worker"]
 
@@ -54,45 +73,77 @@ def _submit(path: Path, tmp_path: Path, code: str) -> str:
     return result.stdout
 
 
-def test_pending_tasks_bring_workers_that_leave_when_idle(cluster: Path, tmp_path: Path) -> None:
-    assert _workers(cluster) == []
-    out = _submit(
-        cluster,
-        tmp_path,
-        (
-            "import ray, time\nray.init()\n"
-            "@ray.remote(num_cpus=2)\n"
-            "def f():\n"  # holds its worker until a second one is up, however slow
-            "    deadline = time.time() + 120\n"
-            "    while sum(n['Alive'] for n in ray.nodes()) < 3 and time.time() < deadline:\n"
-            "        time.sleep(0.5)\n"
-            "    time.sleep(2)\n    return ray.get_runtime_context().get_node_id()\n"
-            "print('nodes', len(set(ray.get([f.remote() for _ in range(4)]))))\n"
-        ),
-    )
-    assert "nodes 2" in out or "nodes 3" in out  # the head has 1 CPU: workers ran them
-    text = run("status", str(cluster)).stdout
-    assert "pending bundle(s) of {CPU: 2}" in text  # the decision and its reason
-    wait_for(lambda: _workers(cluster) == [], 90, "idle workers to be removed")
-    log = run("monitor", "--no-follow", str(cluster)).stdout
-    assert "idle" in log and "> 12 s" in log
+class TestInTurnOnOneCluster:
+    """In this order on one cluster (`shared`): the infeasible demand first (it needs a
+    cluster that never had a worker), then the pending tasks, whose workers are gone again
+    before it ends, then the placement group, which launches its two workers from none."""
 
+    def test_infeasible_demand_launches_nothing(self, shared: Path, tmp_path: Path) -> None:
+        done = tmp_path / "seen"  # the job holds its infeasible task until the test saw the log
+        script = tmp_path / "job.py"
+        script.write_text(
+            "import os, ray, time\nray.init()\n"
+            "@ray.remote(num_cpus=64)\ndef f():\n    return 1\n"
+            "ref = f.remote()\ndeadline = time.time() + 240\n"
+            f"while not os.path.exists({str(done)!r}) and time.time() < deadline:\n"
+            "    time.sleep(0.2)\nprint('waited')\n"
+        )
+        job = start("submit", str(shared), str(script))
+        try:
 
-def test_strict_spread_gets_distinct_nodes(cluster: Path, tmp_path: Path) -> None:
-    out = _submit(
-        cluster,
-        tmp_path,
-        (
-            "import ray\nfrom ray.util.placement_group import placement_group, "
-            "placement_group_table\nray.init()\n"
-            "pg = placement_group([{'CPU': 1}] * 3, strategy='STRICT_SPREAD')\n"
-            "ray.get(pg.ready(), timeout=120)\n"
-            "nodes = placement_group_table(pg)['bundles_to_node_id'].values()\n"
-            "print('distinct', len(set(nodes)))\n"
-        ),
-    )
-    assert "distinct 3" in out
-    assert len(_workers(cluster)) == 2  # the head and two workers, no more
+            def logged() -> bool:
+                text = run("monitor", "--no-follow", str(shared)).stdout
+                return "fit no node type" in text
+
+            wait_for(logged, 180, "the autoscaler to log the infeasible demand")
+            state = status(shared)
+            assert state["nodes"] and all(n["kind"] == "head" for n in state["nodes"])
+        finally:
+            done.touch()
+            out, _ = job.communicate(timeout=240)
+        assert job.returncode == 0 and "waited" in out, out
+
+    def test_pending_tasks_bring_workers_that_leave_when_idle(
+        self, shared: Path, tmp_path: Path
+    ) -> None:
+        assert _workers(shared) == []
+        out = _submit(
+            shared,
+            tmp_path,
+            (
+                "import ray, time\nray.init()\n"
+                "@ray.remote(num_cpus=2)\n"
+                "def f():\n"  # holds its worker until a second one is up, however slow
+                "    deadline = time.time() + 120\n"
+                "    while sum(n['Alive'] for n in ray.nodes()) < 3 and time.time() < deadline:\n"
+                "        time.sleep(0.5)\n"
+                "    time.sleep(2)\n    return ray.get_runtime_context().get_node_id()\n"
+                "print('nodes', len(set(ray.get([f.remote() for _ in range(4)]))))\n"
+            ),
+        )
+        assert "nodes 2" in out or "nodes 3" in out  # the head has 1 CPU: workers ran them
+        text = run("status", str(shared)).stdout
+        assert "pending bundle(s) of {CPU: 2}" in text  # the decision and its reason
+        wait_for(lambda: _workers(shared) == [], 90, "idle workers to be removed")
+        log = run("monitor", "--no-follow", str(shared)).stdout
+        assert "idle" in log and "> 12 s" in log
+
+    def test_strict_spread_gets_distinct_nodes(self, shared: Path, tmp_path: Path) -> None:
+        assert _workers(shared) == []
+        out = _submit(
+            shared,
+            tmp_path,
+            (
+                "import ray\nfrom ray.util.placement_group import placement_group, "
+                "placement_group_table\nray.init()\n"
+                "pg = placement_group([{'CPU': 1}] * 3, strategy='STRICT_SPREAD')\n"
+                "ray.get(pg.ready(), timeout=120)\n"
+                "nodes = placement_group_table(pg)['bundles_to_node_id'].values()\n"
+                "print('distinct', len(set(nodes)))\n"
+            ),
+        )
+        assert "distinct 3" in out
+        assert len(_workers(shared)) == 2  # the head and two workers, no more
 
 
 def test_request_resources_scales_up_ahead_of_demand(cluster: Path, tmp_path: Path) -> None:
@@ -110,32 +161,6 @@ def test_request_resources_scales_up_ahead_of_demand(cluster: Path, tmp_path: Pa
         return len(workers) == 2 and all(w["status"] == "up-to-date" for w in workers)
 
     wait_for(two_ready, 90, "request_resources to bring two workers")
-
-
-def test_infeasible_demand_launches_nothing(cluster: Path, tmp_path: Path) -> None:
-    done = tmp_path / "seen"  # the job holds its infeasible task until the test saw the log
-    script = tmp_path / "job.py"
-    script.write_text(
-        "import os, ray, time\nray.init()\n"
-        "@ray.remote(num_cpus=64)\ndef f():\n    return 1\n"
-        "ref = f.remote()\ndeadline = time.time() + 240\n"
-        f"while not os.path.exists({str(done)!r}) and time.time() < deadline:\n"
-        "    time.sleep(0.2)\nprint('waited')\n"
-    )
-    job = start("submit", str(cluster), str(script))
-    try:
-
-        def logged() -> bool:
-            text = run("monitor", "--no-follow", str(cluster)).stdout
-            return "fit no node type" in text
-
-        wait_for(logged, 180, "the autoscaler to log the infeasible demand")
-        state = status(cluster)
-        assert state["nodes"] and all(n["kind"] == "head" for n in state["nodes"])
-    finally:
-        done.touch()
-        out, _ = job.communicate(timeout=240)
-    assert job.returncode == 0 and "waited" in out, out
 
 
 FALLBACK_CONFIG = """\

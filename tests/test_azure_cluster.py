@@ -193,7 +193,7 @@ def test_autostop_deallocates_the_idle_cluster_and_up_starts_the_same_vms(
     azure: AzureCluster,
 ) -> None:
     before = azure.vms()
-    code, out = azure.cli("autostop", "-i", "0.1")
+    code, out = azure.cli("autostop", "-i", "0.05")
     assert code == 0, out
 
     def power() -> dict[str, str]:

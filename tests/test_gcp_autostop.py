@@ -62,7 +62,7 @@ def test_autostop_stops_the_idle_cluster_and_up_starts_the_same_instances_again(
     assert up.returncode == 0, up.stdout + up.stderr
     first = {i.name: i.labels["launcher-node-kind"] for i in gcp.instances()}
     assert sorted(first.values()) == ["head", "worker"]
-    set_it = gcp.run("autostop", str(gcp.path), "-i", "0.1")
+    set_it = gcp.run("autostop", str(gcp.path), "-i", "0.05")
     assert set_it.returncode == 0, set_it.stderr
     wait_for(
         lambda: {i.name for i in gcp.instances() if i.status == "TERMINATED"} == set(first),

@@ -237,7 +237,7 @@ ray.init()
 
 @ray.remote(num_cpus=1)
 def work(i):
-    time.sleep(4)
+    time.sleep(1)
     return i
 
 

@@ -39,7 +39,7 @@ def write_private(path: Path, material: str) -> None:
 
 
 def new_private_key() -> str:
-    import paramiko
+    from launcher.runners.paramiko_lib import paramiko
 
     text = io.StringIO()
     paramiko.RSAKey.generate(KEY_BITS).write_private_key(text)
@@ -78,7 +78,7 @@ def public_key(path: Path) -> str:
 
 
 def _derive(text: str, path: Path | None = None) -> str:
-    import paramiko
+    from launcher.runners.paramiko_lib import paramiko
 
     for kind in (paramiko.RSAKey, paramiko.Ed25519Key, paramiko.ECDSAKey):
         try:

@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING
 from launcher.runners.filters import rsync_excluded
 
 if TYPE_CHECKING:
-    import paramiko
-
+    from launcher.runners.paramiko_lib import paramiko
     from launcher.runners.ssh_target import SSHTarget
 
 # The cost model behind the choice (round trips on the open connection against a new one).

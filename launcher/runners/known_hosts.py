@@ -18,9 +18,8 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import paramiko
-
 from launcher.files import write_whole
+from launcher.runners.paramiko_lib import paramiko
 
 NODE_MARK = "launcher-node="
 

@@ -24,8 +24,6 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, TypeVar
 
-import paramiko
-
 from launcher.errors import HostKeyError, LauncherError
 from launcher.runners.base import CommandResult, OutputSink, expand_home
 from launcher.runners.copy import (
@@ -39,6 +37,7 @@ from launcher.runners.copy import (
     ssh_command,
 )
 from launcher.runners.known_hosts import KnownHosts
+from launcher.runners.paramiko_lib import paramiko
 from launcher.runners.shell import (
     LineBuffer,
     OutputLines,

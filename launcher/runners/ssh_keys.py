@@ -15,10 +15,11 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-import paramiko
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
+
+from launcher.runners.paramiko_lib import paramiko
 
 
 def rsa_key(path: str) -> paramiko.PKey | None:

@@ -99,9 +99,13 @@ class UpResult:
     workers: tuple[Node, ...] = field(default_factory=tuple)
 
 
-def load_for_command(path: str, overrides: Overrides) -> tuple[ClusterConfig, str]:
+def load_for_command(
+    path: str, overrides: Overrides, *, validated_before: bool = False
+) -> tuple[ClusterConfig, str]:
+    """The config at `path` and its text. `validated_before`: its schema validation is
+    skipped if it passed it before (`up`, unless --no-config-cache)."""
     text = read_config_file(path)
-    return parse_config(text, path, overrides), text
+    return parse_config(text, path, overrides, validated_before=validated_before), text
 
 
 def refuse_unsupported(config: ClusterConfig, provider: NodeProvider) -> None:
@@ -149,7 +153,7 @@ def _secrets(config: ClusterConfig, options: UpOptions) -> Mapping[str, str] | N
 def up(
     path: str, overrides: Overrides, options: UpOptions, events: EventSink, confirm: Confirm
 ) -> UpResult:
-    config, text = load_for_command(path, overrides)
+    config, text = load_for_command(path, overrides, validated_before=options.use_receipt)
     provider = make_provider(config)
     refuse_unsupported(config, provider)
     secrets = _secrets(config, options)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.config import validated
 from launcher.config.build import build_config
 from launcher.config.checks import check_config, non_finite_problems
 from launcher.config.defaults import merge_defaults
@@ -142,9 +143,12 @@ def parse_config(
     cwd: Path | None = None,
     *,
     local_files: bool = True,
+    validated_before: bool = False,
 ) -> ClusterConfig:
     """`local_files=False` skips checks of paths on the launcher's machine (file mount
-    sources, keys): the head node's autoscaler reads the config where they do not exist."""
+    sources, keys): the head node's autoscaler reads the config where they do not exist.
+    `validated_before`: skip the schema validation of a config that passed it before with
+    this launcher, and remember one that passes (`up`: launcher/config/validated.py)."""
     document, problems = parse_yaml(text)
     if document is None:
         raise ConfigError(source, problems)
@@ -155,7 +159,7 @@ def parse_config(
         raise ConfigError(source, _locate(numbers, document, {}))
     merged, spec, aliases, more = _prepare(raw, overrides or Overrides())
     problems += more
-    problems += _validate(merged, spec)
+    problems += _validate_once(merged, spec) if validated_before else _validate(merged, spec)
     problems += check_config(merged, cwd or Path.cwd(), local_files=local_files)
     if spec is not None:
         problems += spec.check(merged)
@@ -298,6 +302,17 @@ def _override_controller(merged: dict[str, Any], text: str) -> None:
     current = recover.get("controller")
     base = dict(current) if isinstance(current, Mapping) else {}
     recover["controller"] = {**base, **parse_controller(text)}
+
+
+def _validate_once(merged: dict[str, Any], spec: ProviderSpec | None) -> list[Problem]:
+    """`_validate`, skipped for a config that passed it before (validated.py)."""
+    key = validated.config_key(merged)
+    if key is not None and validated.passed_before(key):
+        return []
+    problems = _validate(merged, spec)
+    if key is not None and not problems:
+        validated.remember(key)
+    return problems
 
 
 def _validate(merged: dict[str, Any], spec: ProviderSpec | None) -> list[Problem]:

@@ -8,10 +8,7 @@ from collections.abc import Iterator, Mapping
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
-
-import jsonschema
-from jsonschema.exceptions import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from launcher.config.problems import (
     Problem,
@@ -23,6 +20,9 @@ from launcher.config.problems import (
     hidden_characters,
     number_text,
 )
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
 
 _TYPE_WORDS = {
     "integer": "a whole number",
@@ -72,12 +72,21 @@ def _strict_pattern(
     if pattern.endswith("$") and not pattern.endswith("\\$"):
         pattern = pattern[:-1] + r"\Z"
     if re.search(pattern, instance) is None:
+        from jsonschema.exceptions import ValidationError
+
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-_Validator = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
-    jsonschema.Draft7Validator, {"pattern": _strict_pattern}
-)
+@cache
+def _validator_class() -> Any:
+    """Draft 7 with our `pattern`. jsonschema is imported here, when a config is validated
+    (~35 ms of imports that an `up` whose config was validated before does without:
+    loader.py keeps the digests of configs that passed)."""
+    import jsonschema
+
+    return jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+        jsonschema.Draft7Validator, {"pattern": _strict_pattern}
+    )
 
 
 @cache
@@ -88,14 +97,14 @@ def _validator(name: str, definition: str | None) -> Any:
         if definition is None
         else {**root["definitions"][definition], "definitions": root.get("definitions", {})}
     )
-    return _Validator(schema)
+    return _validator_class()(schema)
 
 
 def property_fix(name: str, key: str, value: object) -> str | None:
     """None when `value` is valid for the top-level `key` of schema `name`, else the rule's
     fix (its `x-hint`): for values given outside the file, such as `--cluster-name`."""
     rule = load_schema(name)["properties"][key]
-    if _Validator(rule).is_valid(value):
+    if _validator_class()(rule).is_valid(value):
         return None
     return str(rule.get("x-hint") or f"see `{key}` in docs/config-reference.md")
 

@@ -19,7 +19,7 @@ from tests.cluster_helpers import kill_cluster, run, start, status, wait_for
 CONFIG = """\
 cluster_name: {name}
 max_workers: 3
-idle_timeout_minutes: 0.2
+idle_timeout_minutes: 0.1
 provider: {{type: localhost}}
 available_node_types:
   head: {{node_config: {{}}, resources: {{CPU: 1}}, max_workers: 0}}
@@ -126,7 +126,7 @@ class TestInTurnOnOneCluster:
         assert "pending bundle(s) of {CPU: 2}" in text  # the decision and its reason
         wait_for(lambda: _workers(shared) == [], 90, "idle workers to be removed")
         log = run("monitor", "--no-follow", str(shared)).stdout
-        assert "idle" in log and "> 12 s" in log
+        assert "idle" in log and "> 6 s" in log
 
     def test_strict_spread_gets_distinct_nodes(self, shared: Path, tmp_path: Path) -> None:
         assert _workers(shared) == []

@@ -25,6 +25,7 @@ from fakes.aws.server import (
     tag,
 )
 from fakes.hosts.ssh import COUNT_NODES, isolation_unavailable
+from launcher.autoscaler.spec import PID_FILE
 from launcher.cluster.lifecycle import SKIPPED_BOOTSTRAP
 from tests.aws_clusters import AwsCluster, aws_config, running_cluster
 from tests.cluster_helpers import wait_for
@@ -127,6 +128,32 @@ def test_second_up_finds_the_same_head_and_reruns_nothing(aws: AwsCluster) -> No
     assert SKIPPED_BOOTSTRAP not in again.stdout + again.stderr
     looked = {c.action for c in aws.server.calls() if c.call.origin is None}
     assert {"DescribeSecurityGroups", "GetInstanceProfile"} <= looked, looked
+
+
+def test_an_up_after_the_autoscaler_died_or_the_file_changed_is_not_a_no_op(
+    aws: AwsCluster,
+) -> None:
+    # The autoscaler killed on the head: the next up starts it again (its cloud resources,
+    # unchanged, are still not looked at).
+    stop = (
+        f"pid=$(cat {PID_FILE}) && kill $pid && for i in $(seq 100); do "
+        "kill -0 $pid 2>/dev/null || exit 0; sleep 0.1; done; exit 1"
+    )
+    killed = aws.run("exec", str(aws.path), stop)
+    assert killed.returncode == 0, killed.stdout + killed.stderr
+    again = aws.run("up", "-y", str(aws.path))
+    out = again.stdout + again.stderr
+    assert again.returncode == 0, out
+    assert "autoscaler started on the head" in out
+    # A changed file (a comment only): the receipt does not name it, so up bootstraps.
+    aws.path.write_text(aws.path.read_text() + "# changed\n")
+    aws.server.clear_calls()
+    changed = aws.run("up", "-y", str(aws.path))
+    out = changed.stdout + changed.stderr
+    assert changed.returncode == 0, out
+    assert SKIPPED_BOOTSTRAP not in out and "autoscaler restarted on the head" in out
+    looked = {c.action for c in aws.server.calls() if c.call.origin is None}
+    assert "DescribeSecurityGroups" in looked, looked
 
 
 def test_a_reclaimed_spot_worker_is_replaced_by_its_fallback(aws: AwsCluster) -> None:

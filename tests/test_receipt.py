@@ -27,3 +27,9 @@ def test_a_receipt_reads_back_and_is_absent_until_written(
     assert read_receipt("c") == "k1"
     write_receipt("c", "k2")
     assert read_receipt("c") == "k2" and read_receipt("other") is None
+
+
+def test_the_key_changes_with_the_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    key = bootstrap_key("cluster_name: a\n", "a")
+    monkeypatch.setattr("launcher.cluster.receipt.package_digest", lambda: "another launcher")
+    assert bootstrap_key("cluster_name: a\n", "a") != key

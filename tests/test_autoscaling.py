@@ -265,6 +265,14 @@ def _metrics_tell_what_the_cluster_did(path: Path, port: int) -> None:
     for target in _discovered("afallback"):  # nodes' exporters, the dashboard's, ours
         if target != ours:
             assert not [k for k in _scrape(target) if k[0] == "autoscaler_active_nodes"], target
+
+    def both_workers_active() -> bool:  # the head lists nodes every 5 s: `status` may lead
+        scraped = _scrape(ours)
+        return all(
+            _get(scraped, "autoscaler_active_nodes", NodeType=t) == 1 for t in ("spot", "ondemand")
+        )
+
+    wait_for(both_workers_active, 60, "the metrics to count the spot and the fallback worker")
     series = _scrape(ours)
     assert _get(series, "autoscaler_active_nodes", NodeType="spot") == 1
     assert _get(series, "autoscaler_active_nodes", NodeType="ondemand") == 1

@@ -113,3 +113,22 @@ assert "jsonschema" not in sys.modules, "validated again"
             cwd=tmp_path,
         )
         assert result.returncode == 0, result.stderr
+
+
+def test_a_pending_validation_is_kept_only_when_the_command_accepts_the_config(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # `up` refuses some configs after loading them (a key not on this machine): what their
+    # validation found is left pending, and nothing is written unless `up` keeps it.
+    calls = count_validations(monkeypatch)
+    refused = validated.Pending()
+    parse_config(TEXT, "c.yaml", cwd=tmp_path, validated_before=True, pending=refused)
+    assert refused.key is not None
+    assert not (tmp_path / "home").exists()  # nothing written yet
+    parse_config(TEXT, "c.yaml", cwd=tmp_path, validated_before=True, pending=validated.Pending())
+    assert len(calls) == 2  # the refused one was not remembered: validated again
+    accepted = validated.Pending()
+    parse_config(TEXT, "c.yaml", cwd=tmp_path, validated_before=True, pending=accepted)
+    accepted.keep()
+    parse_config(TEXT, "c.yaml", cwd=tmp_path, validated_before=True)
+    assert len(calls) == 3

@@ -29,6 +29,7 @@ from launcher.cluster.head import (
 from launcher.cluster.install import PythonChoice, install_on_head, place_ssh_access
 from launcher.cluster.lock import ClusterLock
 from launcher.cluster.receipt import bootstrap_key, read_receipt, write_receipt
+from launcher.config import validated
 from launcher.config.loader import Overrides, parse_config, read_config_file
 from launcher.config.model import ClusterConfig
 from launcher.errors import LauncherError, UsageError
@@ -100,12 +101,18 @@ class UpResult:
 
 
 def load_for_command(
-    path: str, overrides: Overrides, *, validated_before: bool = False
+    path: str,
+    overrides: Overrides,
+    *,
+    validated_before: bool = False,
+    pending: validated.Pending | None = None,
 ) -> tuple[ClusterConfig, str]:
     """The config at `path` and its text. `validated_before`: its schema validation is
-    skipped if it passed it before (`up`, unless --no-config-cache)."""
+    skipped if it passed it before (`up`, unless --no-config-cache); a validation that
+    passes now is left in `pending` for the caller to keep."""
     text = read_config_file(path)
-    return parse_config(text, path, overrides, validated_before=validated_before), text
+    config = parse_config(text, path, overrides, validated_before=validated_before, pending=pending)
+    return config, text
 
 
 def refuse_unsupported(config: ClusterConfig, provider: NodeProvider) -> None:
@@ -153,10 +160,14 @@ def _secrets(config: ClusterConfig, options: UpOptions) -> Mapping[str, str] | N
 def up(
     path: str, overrides: Overrides, options: UpOptions, events: EventSink, confirm: Confirm
 ) -> UpResult:
-    config, text = load_for_command(path, overrides, validated_before=options.use_receipt)
+    passed = validated.Pending()
+    config, text = load_for_command(
+        path, overrides, validated_before=options.use_receipt, pending=passed
+    )
     provider = make_provider(config)
     refuse_unsupported(config, provider)
     secrets = _secrets(config, options)
+    passed.keep()  # accepted: its schema validation is not run again next time
     with ClusterLock(
         config.cluster_name, "launcher up", on_wait=lambda m: events(Message(m, "warning"))
     ):

@@ -144,11 +144,14 @@ def parse_config(
     *,
     local_files: bool = True,
     validated_before: bool = False,
+    pending: validated.Pending | None = None,
 ) -> ClusterConfig:
     """`local_files=False` skips checks of paths on the launcher's machine (file mount
     sources, keys): the head node's autoscaler reads the config where they do not exist.
     `validated_before`: skip the schema validation of a config that passed it before with
-    this launcher, and remember one that passes (`up`: launcher/config/validated.py)."""
+    this launcher, and remember one that passes (`up`: launcher/config/validated.py) once
+    the whole config is accepted; with `pending`, left there for the caller to keep after
+    its own checks."""
     document, problems = parse_yaml(text)
     if document is None:
         raise ConfigError(source, problems)
@@ -159,7 +162,12 @@ def parse_config(
         raise ConfigError(source, _locate(numbers, document, {}))
     merged, spec, aliases, more = _prepare(raw, overrides or Overrides())
     problems += more
-    problems += _validate_once(merged, spec) if validated_before else _validate(merged, spec)
+    passed: str | None = None  # the digest to remember once the whole config is accepted
+    if validated_before:
+        found, passed = _validate_once(merged, spec)
+        problems += found
+    else:
+        problems += _validate(merged, spec)
     problems += check_config(merged, cwd or Path.cwd(), local_files=local_files)
     if spec is not None:
         problems += spec.check(merged)
@@ -168,7 +176,12 @@ def parse_config(
     errors = [p for p in located if p.is_error]
     if errors or spec is None:
         raise ConfigError(source, errors)
-    return build_config(merged, spec, source, [p for p in located if not p.is_error])
+    config = build_config(merged, spec, source, [p for p in located if not p.is_error])
+    if pending is not None:
+        pending.key = passed
+    elif passed is not None:  # a refused config leaves nothing behind
+        validated.remember(passed)
+    return config
 
 
 def _top_level(document: YamlDocument, problems: list[Problem], source: str) -> dict[str, Any]:
@@ -304,15 +317,16 @@ def _override_controller(merged: dict[str, Any], text: str) -> None:
     recover["controller"] = {**base, **parse_controller(text)}
 
 
-def _validate_once(merged: dict[str, Any], spec: ProviderSpec | None) -> list[Problem]:
-    """`_validate`, skipped for a config that passed it before (validated.py)."""
+def _validate_once(
+    merged: dict[str, Any], spec: ProviderSpec | None
+) -> tuple[list[Problem], str | None]:
+    """`_validate`, skipped for a config that passed it before (validated.py); with the
+    digest to remember when it passes now (the caller does, once nothing else refused it)."""
     key = validated.config_key(merged)
     if key is not None and validated.passed_before(key):
-        return []
+        return [], None
     problems = _validate(merged, spec)
-    if key is not None and not problems:
-        validated.remember(key)
-    return problems
+    return problems, (key if not problems else None)
 
 
 def _validate(merged: dict[str, Any], spec: ProviderSpec | None) -> list[Problem]:

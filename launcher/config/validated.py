@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from launcher.files import write_whole
@@ -54,3 +55,17 @@ def remember(key: str) -> None:
     with contextlib.suppress(OSError):  # not kept: validated again next time
         path.parent.mkdir(parents=True, exist_ok=True)
         write_whole(path, "\n".join(kept) + "\n")
+
+
+@dataclass
+class Pending:
+    """A config's digest that passed validation just now, kept (`keep`) only once the
+    command has accepted the config for everything else it checks: a config refused later
+    (a key that is not on this machine) leaves nothing behind in $LAUNCHER_HOME."""
+
+    key: str | None = None
+
+    def keep(self) -> None:
+        if self.key is not None:
+            remember(self.key)
+            self.key = None

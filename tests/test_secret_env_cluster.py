@@ -207,7 +207,8 @@ def _in_tmux_and_attached(
         done = run("exec", "--tmux", "--env", f"GIVEN={given}", str(path), in_tmux, env=tmux_env)
         assert done.returncode == 0, done.stdout + done.stderr
         wait_for(
-            lambda: "worker" in run("exec", str(path), "cat ~/tmux.out", env=env).stdout,
+            # the job's own "worker ..." line: Ray's log lines name worker.py too
+            lambda: "\nworker " in "\n" + run("exec", str(path), "cat ~/tmux.out", env=env).stdout,
             120,
             "the tmux session's job",
         )
